@@ -1,0 +1,3 @@
+from loopaudit.cli import main
+
+main()

@@ -1,0 +1,201 @@
+"""The `loopaudit` command.
+
+Exit codes, as ruff's: 0 no findings, 1 findings, 2 a usage error, a path that does not exist, or an
+internal error. Nothing here prints a traceback for anything a user can type or any file they have.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.table import Table
+
+from . import __version__
+from .discovery import MissingPath, discover
+from .engine import ScanOptions, analyze_many, analyze_stdin
+from .registry import all_rules, rule_by_code, select_rules, unknown_codes
+from .reporting import FORMATS
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Audits PyTorch training loops for the code that keeps a GPU idle.",
+    rich_markup_mode=None,
+)
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class OutputFormat(str, enum.Enum):
+    full = "full"
+    concise = "concise"
+    json = "json"
+    github = "github"
+
+
+def _error(message: str) -> typer.Exit:
+    typer.echo(f"loopaudit: error: {message}", err=True)
+    return typer.Exit(EXIT_ERROR)
+
+
+def _split_codes(values: list[str] | None) -> list[str]:
+    return [code.strip() for value in values or [] for code in value.split(",") if code.strip()]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"loopaudit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass
+
+
+@app.command()
+def scan(
+    paths: Annotated[Optional[list[str]], typer.Argument(help="Files or folders; `-` reads stdin. Default: the current folder.")] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json or github.")] = OutputFormat.full,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (LA1, LA101); comma-separated or repeated.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
+    statistics: Annotated[bool, typer.Option("--statistics", help="Print how many findings each rule has instead of the findings.")] = False,
+    stdin_filename: Annotated[Optional[str], typer.Option(help="The name to report for source read from stdin.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=0, help="Worker processes (0: one per CPU).")] = 0,
+    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off (default: when writing to a terminal).")] = None,
+) -> None:
+    """Scan training scripts for code that syncs the host with the GPU once per step."""
+    select_codes, ignore_codes = _split_codes(select), _split_codes(ignore)
+    bad = unknown_codes(select_codes + ignore_codes)
+    if bad:
+        raise _error(f"unknown rule code{'s' if len(bad) > 1 else ''}: {', '.join(bad)} (see `loopaudit rules`)")
+    options = ScanOptions(rules=select_rules(select_codes, ignore_codes))
+    paths = paths or ["."]
+    if "-" in paths and len(paths) > 1:
+        raise _error("`-` (stdin) cannot be combined with other paths")
+    if "-" in paths:
+        results = analyze_stdin(sys.stdin.buffer.read(), stdin_filename or "<stdin>", options)
+        scanned = 1
+    else:
+        try:
+            files = discover(paths)
+        except MissingPath as missing:
+            raise _error(f"no such file or folder: {missing}")
+        workers = jobs or os.cpu_count() or 1
+        results = analyze_many([(f.path, f.display, f.explicit) for f in files], options, workers)
+        scanned = len(files)
+    findings, problems = results.findings, results.problems
+    for problem in problems:
+        typer.echo(f"loopaudit: internal error: {problem} (please report this)", err=True)
+
+    use_color = sys.stdout.isatty() if color is None else color
+    if statistics:
+        _print_statistics(findings, output_format, use_color)
+    else:
+        FORMATS[output_format.value](findings, sys.stdout, use_color)
+        if output_format in (OutputFormat.full, OutputFormat.concise):
+            _print_summary(findings, scanned)
+    if problems:
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+def _print_summary(findings, scanned: int) -> None:
+    files = len({f.filename for f in findings})
+    if findings:
+        noun = "finding" if len(findings) == 1 else "findings"
+        typer.echo(f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned).")
+    else:
+        typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned).")
+
+
+def _print_statistics(findings, output_format: OutputFormat, color: bool) -> None:
+    counts = Counter(f.code for f in findings)
+    rows = [(code, counts[code], rule_by_code(code)) for code in sorted(counts)]
+    if output_format is OutputFormat.json:
+        data = [{"code": code, "name": rule.name if rule else None, "count": count} for code, count, rule in rows]
+        typer.echo(json.dumps(data, indent=2))
+        return
+    for code, count, rule in rows:
+        typer.echo(f"{count:>5}  {code:<6} {rule.name if rule else ''}")
+
+
+@app.command("rules")
+def list_rules(
+    output_format: Annotated[str, typer.Option("--output-format", help="text or json.")] = "text",
+) -> None:
+    """List every rule: code, name, and what it flags."""
+    rules = all_rules()
+    if output_format == "json":
+        typer.echo(json.dumps([{"code": r.code, "name": r.name, "summary": r.summary} for r in rules], indent=2))
+        return
+    if output_format != "text":
+        raise _error(f"unknown format {output_format!r}: use text or json")
+    table = Table(box=None, show_header=True, header_style="bold")
+    table.add_column("code")
+    table.add_column("name")
+    table.add_column("summary")
+    for rule in rules:
+        table.add_row(rule.code, rule.name, rule.summary)
+    Console(soft_wrap=False, highlight=False).print(table)
+
+
+@app.command("rule")
+def show_rule(code: Annotated[str, typer.Argument(help="A rule code, e.g. LA101, or its name.")]) -> None:
+    """Print a rule's documentation."""
+    rule = rule_by_code(code) or next((r for r in all_rules() if r.name == code), None)
+    if rule is None:
+        raise _error(f"no rule {code!r} (see `loopaudit rules`)")
+    Console(highlight=False).print(Markdown(rule_markdown(rule)))
+
+
+def rule_markdown(rule) -> str:
+    """A rule's documentation as Markdown: printed by `loopaudit rule`, collected into docs/rules.md."""
+    return "\n".join([
+        f"## {rule.code} {rule.name}",
+        "",
+        rule.summary,
+        "",
+        "### What it flags",
+        rule.what_it_flags,
+        "",
+        "### Why it costs",
+        rule.why_it_costs,
+        "",
+        "### Example",
+        "```python",
+        rule.example.rstrip(),
+        "```",
+        "",
+        "### Use instead",
+        "```python",
+        rule.use_instead.rstrip(),
+        "```",
+        "",
+        "### Fix safety",
+        rule.fix_safety,
+        "",
+    ])
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("loopaudit: interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,43 @@
+"""What a rule may ask about the module while it checks a node."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .module_index import ModuleIndex, Scope
+from .names import terminal_name
+from .stepmodel import StepModel
+from .tensors import Kind, TensorInference
+
+
+class RuleContext:
+    def __init__(self, index: ModuleIndex, steps: StepModel, tensors: TensorInference) -> None:
+        self.index = index
+        self.steps = steps
+        self.tensors = tensors
+        self.scope: Scope = index.module_scope  # set by the engine before each check
+
+    def qualified_name(self, node: cst.BaseExpression) -> str | None:
+        """`T.cuda.synchronize` -> "torch.cuda.synchronize" when `import torch as T`."""
+        return self.index.imports.qualify(node)
+
+    def is_tensor(self, node: cst.BaseExpression) -> bool:
+        return self.tensors.kind(node, self.scope) is Kind.TENSOR
+
+    def maybe_tensor(self, node: cst.BaseExpression) -> bool:
+        return self.tensors.kind(node, self.scope) is not Kind.NOT_TENSOR
+
+    @staticmethod
+    def method_call(node: cst.CSTNode, *names: str) -> cst.BaseExpression | None:
+        """The receiver of `receiver.name(...)` when `node` is such a call, else None."""
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in names
+        ):
+            return node.func.value
+        return None
+
+    @staticmethod
+    def callee_name(node: cst.Call) -> str | None:
+        return terminal_name(node.func)

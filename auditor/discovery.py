@@ -1,0 +1,123 @@
+"""Which files a scan reads: the paths given, and the *.py files under given folders.
+
+Walking a folder skips what is never the user's own code (.git, virtual environments, build and cache
+folders) and honours every .gitignore from the repository root down, through pathspec's
+implementation of git's own matching rules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+SKIPPED_FOLDERS = frozenset({
+    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".venv", "venv", ".tox", ".nox", ".eggs",
+    ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "build", "dist",
+    "node_modules", "site-packages", "__pypackages__", ".direnv",
+})
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str  # what to open
+    display: str  # what to print
+    explicit: bool  # named on the command line (always parsed) rather than found in a folder
+
+
+class MissingPath(Exception):
+    pass
+
+
+def discover(paths: list[str], cwd: Path | None = None) -> list[SourceFile]:
+    cwd = cwd or Path.cwd()
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise MissingPath(", ".join(missing))
+    files: dict[str, SourceFile] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for found in _walk(path):
+                files.setdefault(str(found.resolve()), SourceFile(str(found), _display(found, cwd), False))
+        else:
+            files[str(path.resolve())] = SourceFile(str(path), _display(path, cwd), True)
+    return sorted(files.values(), key=lambda f: f.display)
+
+
+def _display(path: Path, cwd: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(cwd.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _is_virtualenv(folder: Path) -> bool:
+    return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    # The .gitignore files that apply in each folder: those above it, then its own.
+    inherited = {root.resolve(): _ignores_above(root)}
+    for folder, subfolders, filenames in os.walk(root):
+        here = Path(folder)
+        specs = inherited.pop(here.resolve(), [])
+        local = _load_gitignore(here)
+        if local is not None:
+            specs = [*specs, (here.resolve(), local)]
+        kept = []
+        for name in sorted(subfolders):
+            sub = here / name
+            if name in SKIPPED_FOLDERS or name.endswith(".egg-info") or _is_virtualenv(sub):
+                continue
+            if _ignored(sub, specs, is_dir=True):
+                continue
+            kept.append(name)
+            inherited[sub.resolve()] = specs
+        subfolders[:] = kept
+        for name in sorted(filenames):
+            file = here / name
+            if name.endswith(".py") and not _ignored(file, specs, is_dir=False):
+                yield file
+
+
+def _load_gitignore(folder: Path) -> pathspec.PathSpec | None:
+    gitignore = folder / ".gitignore"
+    if not gitignore.is_file():
+        return None
+    try:
+        lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _ignores_above(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
+    """.gitignore files above the scanned folder, up to its repository's root, apply to it too."""
+    resolved = root.resolve()
+    above = list(resolved.parents)
+    repo_root = next((folder for folder in [resolved, *above] if (folder / ".git").exists()), None)
+    if repo_root is None or repo_root == resolved:
+        return []
+    chain = []
+    for folder in reversed(above):
+        if folder == repo_root or repo_root in folder.parents:
+            spec = _load_gitignore(folder)
+            if spec is not None:
+                chain.append((folder, spec))
+    return chain
+
+
+def _ignored(path: Path, specs: list[tuple[Path, pathspec.PathSpec]], *, is_dir: bool) -> bool:
+    absolute = path.resolve()
+    for base, spec in specs:
+        try:
+            relative = absolute.relative_to(base).as_posix()
+        except ValueError:
+            continue
+        if spec.match_file(relative + "/" if is_dir else relative):
+            return True
+    return False

@@ -1,0 +1,244 @@
+"""Analyse one file: read, (maybe) parse once, walk once, apply every enabled rule, report.
+
+Positions are the one expensive piece of metadata (libcst computes them for the whole tree at once),
+so they are computed only for files that have something to report, after the rules have run.
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .context import RuleContext
+from .device import targets_cuda
+from .finding import Finding, Location, rule_url
+from .module_index import build_index
+from .prefilter import may_contain_findings
+from .rule import Report, Rule
+from .stepmodel import StepModel, StepReason
+from .suppression import is_suppressed, suppressions
+from .tensors import TensorInference
+from .rules.files.syntax_error import SyntaxErrorRule as SYNTAX_ERROR
+from .rules.files.unreadable_file import UnreadableFileRule as UNREADABLE_FILE
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    rules: tuple[type[Rule], ...]
+    extra_hooks: frozenset[str] = frozenset()
+
+    @property
+    def enabled_codes(self) -> frozenset[str]:
+        return frozenset(rule.code for rule in self.rules)
+
+
+def analyze_path(path: str, display_name: str, options: ScanOptions, *, explicit: bool) -> list[Finding]:
+    """Read and analyse one file; never raises for anything in the file itself."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        return _file_problem(UNREADABLE_FILE, display_name, options, f"cannot read the file: {error.strerror or error}")
+    return analyze_bytes(data, display_name, options, explicit=explicit)
+
+
+def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, explicit: bool) -> list[Finding]:
+    if b"\0" in data:
+        return _file_problem(UNREADABLE_FILE, display_name, options, "binary file (it contains NUL bytes), not Python source")
+    try:
+        # Python's own rule: UTF-8 unless a PEP 263 `# -*- coding: ... -*-` line says otherwise.
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError):
+        return _file_problem(UNREADABLE_FILE, display_name, options, "its coding declaration names an unknown encoding")
+    except UnicodeDecodeError as error:
+        return _file_problem(
+            UNREADABLE_FILE, display_name, options, f"not {error.encoding} text (byte {error.start} cannot be decoded)"
+        )
+    return analyze_text(text, display_name, options, explicit=explicit)
+
+
+def analyze_text(text: str, display_name: str, options: ScanOptions, *, explicit: bool = True) -> list[Finding]:
+    source_rules = [rule for rule in options.rules if rule.node_types]
+    if not explicit and not may_contain_findings(
+        text, only_cuda_rules=all(rule.needs_cuda for rule in source_rules), extra_hooks=options.extra_hooks
+    ):
+        return []
+    try:
+        module = cst.parse_module(text)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
+        row, column, reason = _syntax_error_position(text, error)
+        message = f"syntax error, the file cannot be parsed: {reason}"
+        return _file_problem(SYNTAX_ERROR, display_name, options, message, row, column, text)
+    if not source_rules or "torch" not in text:
+        return []
+    return _apply_rules(module, text, display_name, source_rules, options)
+
+
+def _syntax_error_position(text: str, error: Exception) -> tuple[int, int, str]:
+    """Where and why the file does not parse, in Python's own words when Python agrees.
+
+    libcst's native parser puts the position only in its message text; CPython's parser gives a
+    precise line, column and message, and runs only for files that already failed.
+    """
+    try:
+        compile(text, "<scanned>", "exec", dont_inherit=True)
+    except SyntaxError as python_error:
+        return python_error.lineno or 1, python_error.offset or 1, python_error.msg
+    except (ValueError, RecursionError, MemoryError) as python_error:
+        return 1, 1, str(python_error) or type(python_error).__name__
+    if isinstance(error, cst.ParserSyntaxError):
+        return error.raw_line, error.raw_column + 1, error.message
+    return 1, 1, type(error).__name__
+
+
+def _apply_rules(
+    module: cst.Module, text: str, display_name: str, rules: Sequence[type[Rule]], options: ScanOptions
+) -> list[Finding]:
+    site_types = tuple({node_type for rule in rules for node_type in rule.node_types})
+    index = build_index(module, site_types)
+    if not index.imports.imports_module("torch"):
+        return []  # a file that never imports torch has no tensors
+    steps = StepModel(index, options.extra_hooks)
+    ctx = RuleContext(index, steps, TensorInference(index, steps))
+    cuda = targets_cuda(index, steps)
+    raw: list[tuple[type[Rule], Report, StepReason | None]] = []
+    for rule_class in rules:
+        if rule_class.needs_cuda and not cuda:
+            continue
+        rule = rule_class()
+        for node_type in rule_class.node_types:
+            for site in index.sites.get(node_type, ()):
+                reason = steps.reason(site.frame) if rule_class.needs_step else None
+                if rule_class.needs_step and reason is None:
+                    continue
+                ctx.scope = site.scope
+                for report in rule.check(site.node, ctx):
+                    raw.append((rule_class, report, reason))
+    if not raw:
+        return []
+    return _to_findings(module, text, display_name, raw)
+
+
+def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[Finding]:
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    lines = text.splitlines()
+    suppressed = suppressions(text)
+    findings: dict[tuple[str, int], Finding] = {}
+    for rule_class, report, reason in raw:
+        span = positions[report.node]
+        row = span.start.line
+        key = (rule_class.code, row)
+        if key in findings or is_suppressed(rule_class.code, range(row, span.end.line + 1), suppressed):
+            continue
+        findings[key] = Finding(
+            code=rule_class.code,
+            message=report.message or rule_class.message,
+            filename=display_name,
+            location=Location(row, span.start.column + 1),
+            end_location=Location(span.end.line, span.end.column + 1),
+            context=_describe(reason, positions, module) if reason else None,
+            suggestion=rule_class.suggestion,
+            source_line=lines[row - 1] if row - 1 < len(lines) else None,
+            url=rule_url(rule_class.code),
+        )
+    return sorted(findings.values(), key=Finding.sort_key)
+
+
+def _describe(reason: StepReason, positions, module: cst.Module) -> str:
+    line = positions[reason.node].start.line
+    if reason.kind == "hook":
+        where = f"step hook `{reason.hook}` (line {line})"
+    else:
+        header = _loop_header(reason.node, module)
+        where = f"step loop `{header}` (line {line})"
+    if reason.via:
+        where += ", through " + " -> ".join(f"`{name}()`" for name in reason.via)
+    return where
+
+
+def _loop_header(node: cst.CSTNode, module: cst.Module) -> str:
+    if isinstance(node, cst.For):
+        header = f"for {module.code_for_node(node.target)} in {module.code_for_node(node.iter)}"
+    elif isinstance(node, cst.While):
+        header = f"while {module.code_for_node(node.test)}"
+    else:
+        return "?"
+    header = " ".join(header.split())
+    return header if len(header) <= 60 else header[:57] + "..."
+
+
+def _file_problem(
+    rule: type[Rule],
+    display_name: str,
+    options: ScanOptions,
+    message: str,
+    row: int = 1,
+    column: int = 1,
+    text: str | None = None,
+) -> list[Finding]:
+    if rule.code not in options.enabled_codes:
+        return []
+    source_line = None
+    if text is not None:
+        lines = text.splitlines()
+        source_line = lines[row - 1] if 0 < row <= len(lines) else None
+    return [
+        Finding(
+            code=rule.code,
+            message=message,
+            filename=display_name,
+            location=Location(row, column),
+            end_location=Location(row, column),
+            severity="error",
+            suggestion=rule.suggestion,
+            source_line=source_line,
+            url=rule_url(rule.code),
+        )
+    ]
+
+
+@dataclass
+class ScanResult:
+    findings: list[Finding] = field(default_factory=list)
+    # Internal errors ("file: what went wrong"): a bug of ours, never a problem with the user's file.
+    problems: list[str] = field(default_factory=list)
+
+
+def analyze_many(items: Iterable[tuple[str, str, bool]], options: ScanOptions, jobs: int) -> ScanResult:
+    """Analyse (path, display name, explicit) items, in worker processes when there are many."""
+    work = list(items)
+    if jobs <= 1 or len(work) < 16:
+        results = [_analyze_item(item, options) for item in work]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunk = max(1, len(work) // (jobs * 8))
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_analyze_item, work, [options] * len(work), chunksize=chunk))
+    total = ScanResult()
+    for result in results:
+        total.findings.extend(result.findings)
+        total.problems.extend(result.problems)
+    total.findings.sort(key=Finding.sort_key)
+    return total
+
+
+def _analyze_item(item: tuple[str, str, bool], options: ScanOptions) -> ScanResult:
+    path, name, explicit = item
+    try:
+        return ScanResult(analyze_path(path, name, options, explicit=explicit))
+    except Exception as error:  # a bug in loopaudit must not hide the other files' findings
+        return ScanResult(problems=[f"{name}: {type(error).__name__}: {error}"])
+
+
+def analyze_stdin(data: bytes, name: str, options: ScanOptions) -> ScanResult:
+    try:
+        return ScanResult(analyze_bytes(data, name, options, explicit=True))
+    except Exception as error:
+        return ScanResult(problems=[f"{name}: {type(error).__name__}: {error}"])

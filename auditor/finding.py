@@ -1,0 +1,42 @@
+"""What a scan reports: one finding per rule, file and line."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+RULE_DOCS_URL = "https://github.com/loopaudit/loopaudit/blob/main/docs/rules.md#{anchor}"
+
+
+def rule_url(code: str) -> str:
+    return RULE_DOCS_URL.format(anchor=code.lower())
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    row: int  # 1-based, like every editor
+    column: int  # 1-based, like ruff's JSON
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    message: str
+    filename: str
+    location: Location
+    end_location: Location
+    severity: str = "warning"
+    # Why the line runs once per step, e.g. "step loop `for x, y in train_loader` (line 42)".
+    context: str | None = None
+    # What to write instead; shown under the source line by the full format.
+    suggestion: str | None = None
+    source_line: str | None = None
+    url: str | None = field(default=None)
+
+    def sort_key(self) -> tuple:
+        return (self.filename, self.location, self.code)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.pop("source_line")
+        data["fix"] = None  # no LA1xx rule has an automatic fix: every one changes what the code computes
+        return data

@@ -1,0 +1,439 @@
+"""One traversal of a parsed module that records everything the analysis needs.
+
+The walk never decides anything itself. It records:
+- frames: where each node sits (which function, which loop body, which `if` branch, which handler);
+- loops and functions with the training evidence and the calls found in them;
+- assignments, so that later questions ("is `loss` a tensor?") can be answered per scope;
+- hints that the module targets CUDA;
+- every node of the types the rules asked for, with the frame it sits in.
+The per-step model (stepmodel.py), tensor inference (tensors.py) and the rules read these records
+afterwards, so each file is parsed once and walked once, however many rules there are.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .names import ImportTable, dotted_name, terminal_name
+from .patterns import is_periodic_test, is_rare_branch, is_training_call
+
+
+class FrameKind(enum.Enum):
+    MODULE = "module"
+    CLASS = "class"
+    FUNCTION = "function"
+    LOOP = "loop"  # the body (and, for `while`, the test) of a loop: runs once per iteration
+    PERIODIC = "periodic"  # the body of `if step % N == 0:` and its kin
+    RARE = "rare"  # exception handlers, `if bad: raise`, a loop's `else`: not the common path
+
+
+@dataclass(eq=False)
+class Frame:
+    kind: FrameKind
+    parent: Frame | None
+    node: cst.CSTNode | None
+    loop: LoopInfo | None = None
+    function: FunctionInfo | None = None
+
+    def enclosing_function(self) -> FunctionInfo | None:
+        frame: Frame | None = self
+        while frame is not None:
+            if frame.function is not None:
+                return frame.function
+            frame = frame.parent
+        return None
+
+    def enclosing_class(self) -> ClassInfo | None:
+        frame: Frame | None = self
+        while frame is not None:
+            if frame.kind is FrameKind.CLASS:
+                return frame.class_info  # type: ignore[attr-defined]
+            frame = frame.parent
+        return None
+
+
+@dataclass(eq=False)
+class Scope:
+    """Assignments of one function body (or the module body), for dataflow questions."""
+
+    parent: Scope | None
+    assignments: dict[str, list[Binding]] = field(default_factory=dict)
+    params: set[str] = field(default_factory=set)
+
+    def bind(self, name: str, binding: Binding) -> None:
+        self.assignments.setdefault(name, []).append(binding)
+
+    def lookup(self, name: str) -> tuple[list[Binding], Scope] | None:
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.assignments:
+                return scope.assignments[name], scope
+            if name in scope.params:
+                return [], scope
+            scope = scope.parent
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Binding:
+    """One way a name got its value.
+
+    kind is "value" (plain assignment: `value` is what was assigned), "augment" (`+=` and kin:
+    `value` is the right-hand side), "element" (`a, b = value`: one element of `value`),
+    "loop" (a `for` target: `value` is the iterable), or "with" (`with value as name`).
+    """
+
+    kind: str
+    value: cst.BaseExpression
+    scope: Scope
+    position: int = 0  # which element, for kind "element" of a tuple target
+
+
+@dataclass(eq=False)
+class CallSite:
+    call: cst.Call
+    frame: Frame
+    scope: Scope
+
+
+@dataclass(eq=False)
+class LoopInfo:
+    node: cst.For | cst.While
+    frame: Frame  # the frame of the loop's body
+    function: FunctionInfo | None
+    parent_loop: LoopInfo | None
+    scope: Scope
+    children: list[LoopInfo] = field(default_factory=list)
+    # Training calls (backward, optimizer.step, scaler.step) in the body, outside nested loops.
+    trains_directly: bool = False
+    # Calls to other code in the body: outside nested loops / anywhere in the body.
+    direct_calls: list[CallSite] = field(default_factory=list)
+    all_calls: list[CallSite] = field(default_factory=list)
+    calls_next: bool = False  # `next(it)` in the body: pulls a batch from an iterator each time
+
+
+@dataclass(eq=False)
+class FunctionInfo:
+    node: cst.FunctionDef
+    name: str
+    frame: Frame  # the frame of the body
+    scope: Scope
+    class_info: ClassInfo | None
+    loops: list[LoopInfo] = field(default_factory=list)
+    trains_directly: bool = False  # training calls outside any loop of this function
+    direct_calls: list[CallSite] = field(default_factory=list)  # outside loops
+    all_calls: list[CallSite] = field(default_factory=list)
+    call_sites: list[CallSite] = field(default_factory=list)  # filled in when calls are resolved
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.class_info.name}.{self.name}" if self.class_info else self.name
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    node: cst.ClassDef
+    name: str
+    bases: list[cst.BaseExpression]
+    methods: dict[str, FunctionInfo] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Site:
+    """A node a rule asked to see, with where it sits."""
+
+    node: cst.CSTNode
+    frame: Frame
+    scope: Scope
+
+
+@dataclass(eq=False)
+class ModuleIndex:
+    module: cst.Module
+    imports: ImportTable
+    module_scope: Scope
+    module_frame: Frame
+    functions: list[FunctionInfo] = field(default_factory=list)
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    loops: list[LoopInfo] = field(default_factory=list)
+    sites: dict[type, list[Site]] = field(default_factory=dict)
+    calls: list[CallSite] = field(default_factory=list)
+    cuda_strings: bool = False  # a "cuda..." or "nccl" literal
+    cuda_method_calls: bool = False  # `x.cuda()`
+    cuda_attributes: list[cst.Attribute] = field(default_factory=list)  # `<something>.cuda`, resolved later
+    constructor_calls: list[cst.Call] = field(default_factory=list)  # calls of capitalised names
+    stored_subscripts: set[int] = field(default_factory=set)  # ids of `x[i]` written to, not read
+
+
+class _Indexer(cst.CSTVisitor):
+    def __init__(self, index: ModuleIndex, site_types: tuple[type, ...]) -> None:
+        super().__init__()
+        self.index = index
+        self.site_types = site_types
+        self.frame = index.module_frame
+        self.scope = index.module_scope
+        self.loop: LoopInfo | None = None
+        self.function: FunctionInfo | None = None
+        # Each entry remembers what on_visit_attribute changed, so on_leave_attribute can undo it.
+        self._undo: list[tuple | None] = []
+
+    # --- structure -----------------------------------------------------------------------------
+
+    def _push(self, frame: Frame, loop=..., function=..., scope=...) -> None:
+        self._undo.append((self.frame, self.loop, self.function, self.scope))
+        self.frame = frame
+        if loop is not ...:
+            self.loop = loop
+        if function is not ...:
+            self.function = function
+        if scope is not ...:
+            self.scope = scope
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        if isinstance(node, (cst.For, cst.While)):
+            if attribute == "body" or (attribute == "test" and isinstance(node, cst.While)):
+                loop = self._loop_for(node)
+                self._push(loop.frame, loop=loop)
+                return
+            if attribute == "orelse":
+                self._push(Frame(FrameKind.RARE, self.frame, node))
+                return
+        elif isinstance(node, cst.If) and attribute == "body":
+            if is_periodic_test(node.test, self.loop):
+                self._push(Frame(FrameKind.PERIODIC, self.frame, node))
+                return
+            if is_rare_branch(node.body):
+                self._push(Frame(FrameKind.RARE, self.frame, node))
+                return
+        elif isinstance(node, cst.ExceptHandler) and attribute == "body":
+            self._push(Frame(FrameKind.RARE, self.frame, node))
+            return
+        elif isinstance(node, cst.FunctionDef) and attribute == "body":
+            info = self._function_for(node)
+            self._push(info.frame, loop=None, function=info, scope=info.scope)
+            return
+        elif isinstance(node, cst.ClassDef) and attribute == "body":
+            frame = Frame(FrameKind.CLASS, self.frame, node)
+            frame.class_info = self.index.classes[node.name.value]  # type: ignore[attr-defined]
+            self._push(frame)
+            return
+        self._undo.append(None)
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        saved = self._undo.pop()
+        if saved is not None:
+            self.frame, self.loop, self.function, self.scope = saved
+
+    def _loop_for(self, node: cst.For | cst.While) -> LoopInfo:
+        # The `while` test and body share one LoopInfo: both run on every iteration.
+        existing = self._loops_by_node.get(id(node))
+        if existing is not None:
+            return existing
+        frame = Frame(FrameKind.LOOP, self.frame, node)
+        loop = LoopInfo(node, frame, self.function, self.loop, self.scope)
+        frame.loop = loop
+        if self.loop is not None:
+            self.loop.children.append(loop)
+        if self.function is not None:
+            self.function.loops.append(loop)
+        self.index.loops.append(loop)
+        self._loops_by_node[id(node)] = loop
+        return loop
+
+    def _function_for(self, node: cst.FunctionDef) -> FunctionInfo:
+        class_info = None
+        if self.frame.kind is FrameKind.CLASS:
+            class_info = self.frame.class_info  # type: ignore[attr-defined]
+        scope = Scope(parent=self._scope_for_closure())
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            scope.params.add(param.name.value)
+        for star in (params.star_arg, params.star_kwarg):
+            if isinstance(star, cst.Param):
+                scope.params.add(star.name.value)
+        frame = Frame(FrameKind.FUNCTION, self.frame, node)
+        info = FunctionInfo(node, node.name.value, frame, scope, class_info)
+        frame.function = info
+        if class_info is not None:
+            class_info.methods.setdefault(info.name, info)
+        self.index.functions.append(info)
+        return info
+
+    def _scope_for_closure(self) -> Scope:
+        # Class bodies are not enclosing scopes for their methods (Python's own rule).
+        return self.scope
+
+    # --- facts ---------------------------------------------------------------------------------
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, self.site_types):
+            self.index.sites.setdefault(type(node), []).append(Site(node, self.frame, self.scope))
+        visit = self._visitors.get(type(node))
+        if visit is not None:
+            visit(self, node)
+        return True
+
+    def _visit_call(self, node: cst.Call) -> None:
+        site = CallSite(node, self.frame, self.scope)
+        self.index.calls.append(site)
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+            self.index.cuda_method_calls = True
+        if isinstance(func, cst.Name) and func.value[:1].isupper():
+            self.index.constructor_calls.append(node)
+        if isinstance(func, cst.Name) and func.value == "next" and self.loop is not None:
+            self.loop.calls_next = True
+        training = is_training_call(node, self.index.imports)
+        in_loop = self.loop is not None and self.loop.function is self.function
+        if in_loop:
+            self.loop.all_calls.append(site)  # type: ignore[union-attr]
+            self.loop.direct_calls.append(site)  # type: ignore[union-attr]
+            if training:
+                self.loop.trains_directly = True  # type: ignore[union-attr]
+            outer = self.loop.parent_loop  # type: ignore[union-attr]
+            while outer is not None and outer.function is self.function:
+                outer.all_calls.append(site)
+                outer = outer.parent_loop
+        if self.function is not None:
+            self.function.all_calls.append(site)
+            if not in_loop:
+                self.function.direct_calls.append(site)
+                if training:
+                    self.function.trains_directly = True
+
+    def _visit_string(self, node: cst.SimpleString) -> None:
+        if "cuda" in node.value or "nccl" in node.value:
+            try:
+                text = node.evaluated_value
+            except Exception:  # a malformed escape: libcst parsed it, Python would not
+                return
+            if isinstance(text, str) and (text.startswith("cuda") or text == "nccl"):
+                self.index.cuda_strings = True
+
+    def _visit_fstring(self, node: cst.FormattedString) -> None:
+        if node.parts and isinstance(node.parts[0], cst.FormattedStringText):
+            if node.parts[0].value.startswith("cuda"):
+                self.index.cuda_strings = True
+
+    def _visit_attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "cuda":
+            self.index.cuda_attributes.append(node)
+
+    def _visit_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        self.index.imports.add(node)
+
+    def _visit_class(self, node: cst.ClassDef) -> None:
+        name = node.name.value
+        self.index.classes.setdefault(name, ClassInfo(node, name, [arg.value for arg in node.bases]))
+
+    def _visit_assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind_target(target.target, node.value)
+
+    def _visit_ann_assign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind_target(node.target, node.value)
+
+    def _visit_aug_assign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.target, cst.Subscript):
+            self.index.stored_subscripts.add(id(node.target))
+        if isinstance(node.target, cst.Name):
+            self.scope.bind(node.target.value, Binding("augment", node.value, self.scope))
+
+    def _visit_named_expr(self, node: cst.NamedExpr) -> None:
+        self._bind_target(node.target, node.value)
+
+    def _visit_for(self, node: cst.For) -> None:
+        self._bind_loop_target(node.target, node.iter)
+
+    def _visit_comp_for(self, node: cst.CompFor) -> None:
+        self._bind_loop_target(node.target, node.iter)
+
+    def _visit_with_item(self, node: cst.WithItem) -> None:
+        if node.asname is not None and isinstance(node.asname.name, cst.Name):
+            self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope))
+
+    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Subscript):
+            self.index.stored_subscripts.add(id(target))
+        elif isinstance(target, cst.Name):
+            self.scope.bind(target.value, Binding("value", value, self.scope))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+            for position, element in enumerate(target.elements):
+                if values is not None and len(values) == len(target.elements):
+                    self._bind_target(element.value, values[position].value)
+                elif isinstance(element.value, cst.Name):
+                    binding = Binding("element", value, self.scope, position)
+                    self.scope.bind(element.value.value, binding)
+
+    def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression) -> None:
+        # Every name in the target, however nested (`for i, (x, y) in enumerate(loader)`), is
+        # bound from the iterable; tensors.py unwraps enumerate/zip to say which element is which.
+        if isinstance(target, cst.Name):
+            self.scope.bind(target.value, Binding("loop", iterable, self.scope))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for position, element in enumerate(target.elements):
+                inner = element.value
+                if isinstance(inner, cst.Name):
+                    self.scope.bind(inner.value, Binding("loop", iterable, self.scope, position))
+                elif isinstance(inner, (cst.Tuple, cst.List)):
+                    self._bind_loop_target(inner, _element_of(iterable, position))
+
+    _visitors = {
+        cst.Call: _visit_call,
+        cst.SimpleString: _visit_string,
+        cst.FormattedString: _visit_fstring,
+        cst.Attribute: _visit_attribute,
+        cst.Import: _visit_import,
+        cst.ImportFrom: _visit_import,
+        cst.ClassDef: _visit_class,
+        cst.Assign: _visit_assign,
+        cst.AnnAssign: _visit_ann_assign,
+        cst.AugAssign: _visit_aug_assign,
+        cst.NamedExpr: _visit_named_expr,
+        cst.For: _visit_for,
+        cst.CompFor: _visit_comp_for,
+        cst.WithItem: _visit_with_item,
+    }
+
+
+def _element_of(iterable: cst.BaseExpression, position: int) -> cst.BaseExpression:
+    """For `for i, (x, y) in enumerate(loader)`: element 1 of `enumerate(loader)` is drawn from `loader`."""
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
+        args = [arg.value for arg in iterable.args if arg.keyword is None and not arg.star]
+        if iterable.func.value == "enumerate" and args and position == 1:
+            return args[0]
+        if iterable.func.value == "zip" and position < len(args):
+            return args[position]
+    return iterable
+
+
+def build_index(module: cst.Module, site_types: tuple[type, ...]) -> ModuleIndex:
+    imports = ImportTable()
+    module_scope = Scope(parent=None)
+    index = ModuleIndex(module, imports, module_scope, Frame(FrameKind.MODULE, None, module))
+    indexer = _Indexer(index, site_types)
+    indexer._loops_by_node = {}
+    module.visit(indexer)
+    return index
+
+
+__all__ = [
+    "Binding",
+    "CallSite",
+    "ClassInfo",
+    "Frame",
+    "FrameKind",
+    "FunctionInfo",
+    "LoopInfo",
+    "ModuleIndex",
+    "Scope",
+    "Site",
+    "build_index",
+    "dotted_name",
+    "terminal_name",
+]

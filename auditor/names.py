@@ -1,0 +1,81 @@
+"""Resolve names to what they mean through the module's own imports.
+
+`import torch as T`, `from torch.cuda import empty_cache` and `from torch.utils import data as tud`
+all become entries of one table, so `T.cuda.synchronize`, `empty_cache` and `tud.DataLoader` resolve to
+`torch.cuda.synchronize`, `torch.cuda.empty_cache` and `torch.utils.data.DataLoader`. This replaces
+libcst's QualifiedNameProvider, which costs several parses' worth of time per file because it resolves
+every node; we only ever resolve the few expressions a rule asks about.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` as text, or None for anything that is not a plain dotted name."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def terminal_name(node: cst.BaseExpression) -> str | None:
+    """The last identifier of a name or attribute chain: `self.model` -> `model`."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
+class ImportTable:
+    """Maps local names bound by import statements to the qualified names they stand for."""
+
+    def __init__(self) -> None:
+        self._aliases: dict[str, str] = {}
+
+    def add(self, node: cst.Import | cst.ImportFrom) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted_name(alias.name)
+                if full is None:
+                    continue
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    self._aliases[alias.asname.name.value] = full
+                else:
+                    # `import torch.nn` binds `torch`, and `torch.nn.X` then resolves textually.
+                    top = full.split(".")[0]
+                    self._aliases.setdefault(top, top)
+            return
+        if node.relative or node.module is None:
+            return  # a relative import names this project's code, never torch
+        module = dotted_name(node.module)
+        if module is None or isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            imported = dotted_name(alias.name)
+            if imported is None:
+                continue
+            local = imported
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self._aliases[local] = f"{module}.{imported}"
+
+    def qualify(self, node: cst.BaseExpression) -> str | None:
+        """The qualified name of `node` if its first part was imported, else None."""
+        text = dotted_name(node)
+        if text is None:
+            return None
+        head, _, rest = text.partition(".")
+        target = self._aliases.get(head)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    def imports_module(self, prefix: str) -> bool:
+        return any(q == prefix or q.startswith(prefix + ".") for q in self._aliases.values())

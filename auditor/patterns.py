@@ -1,0 +1,190 @@
+"""The vocabulary of training code: what a training call, a periodic guard, a loader and a step
+counter look like. Everything name-based that the per-step model relies on lives here, so it can be
+read, and tuned, in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from .names import ImportTable, terminal_name
+
+if TYPE_CHECKING:
+    from .module_index import LoopInfo
+
+# `optimizer.step()`, `opt_g.step()`, `self.optim.step()`, `scaler.step(optimizer)`; not a scheduler.
+_OPTIMIZER_NAME = re.compile(r"(?i)(optim|^opt(_|$)|_opt$|^opt\d|scaler)")
+_SCHEDULER_NAME = re.compile(r"(?i)sched")
+
+# Names of iterables that yield batches: train_loader, dataloaders[phase], self.val_dl, batches.
+LOADER_NAME = re.compile(
+    r"(?i)(loader|^dl$|_dl$|^dl_|^batches$|_batches$|data_?iter|batch_?iter|prefetcher|^batch_generator$)"
+)
+# Loop variables that count steps: `for step in ...`, `for it in ...`, `for batch_idx in ...`.
+STEP_VARIABLE = re.compile(
+    r"(?i)^(step|steps|it|iter|iteration|itr|i_?iter|iter_?num|global_step|.*_step|step_.*|"
+    r"batch_?idx|batch_?i|batch_?num|i_?batch|update|n_?update)$"
+)
+# Bounds that count steps: `range(max_steps)`, `range(eval_iters)`, `while iter_num < max_iters`.
+STEP_BOUND = re.compile(r"(?i)(steps|step$|iters$|iter$|iterations|batches|updates|iter_?num|global_step)")
+_EPOCH = re.compile(r"(?i)epoch")
+
+# Names that, used in an `if` test, make it a periodic guard: intervals, frequencies, "should log".
+PERIODIC_NAME = re.compile(
+    r"(?i)(interval|_every$|^every_|freq|frequency|period|should_(log|eval|save|print|checkpoint)|"
+    r"is_last|last_step|last_batch|do_(eval|log|save))"
+)
+_TIME_FUNCTIONS = {"time", "perf_counter", "monotonic", "process_time"}
+
+
+def is_training_call(call: cst.Call, imports: ImportTable) -> bool:
+    """Does this call train: `loss.backward()`, `optimizer.step()`, `scaler.step(opt)`?"""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    method = func.attr.value
+    if method == "backward":
+        return True
+    if method == "step":
+        receiver = terminal_name(func.value)
+        if receiver is None and isinstance(func.value, cst.Call):
+            receiver = terminal_name(func.value.func)  # self.optimizers().step()
+        if receiver is None:
+            return False
+        return bool(_OPTIMIZER_NAME.search(receiver)) and not _SCHEDULER_NAME.search(receiver)
+    return False
+
+
+def _names_in(node: cst.CSTNode) -> list[str]:
+    """Identifiers a condition mentions: the terminal names of names and attributes."""
+    found: list[str] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n.value)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            found.append(n.attr.value)
+            return True
+
+    node.visit(Collector())
+    return found
+
+
+def _mentions_time_call(node: cst.CSTNode) -> bool:
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            nonlocal found
+            if terminal_name(n.func) in _TIME_FUNCTIONS:
+                found = True
+
+    node.visit(Finder())
+    return found
+
+
+def _is_step_counter(expr: cst.BaseExpression, loop_variables: set[str]) -> bool:
+    name = terminal_name(expr)
+    if name is None:
+        return False
+    return name in loop_variables or bool(STEP_VARIABLE.match(name)) or bool(_EPOCH.search(name))
+
+
+def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None) -> bool:
+    """Is `if <test>:` a guard that lets its body run only every so often?
+
+    Periodic: a modulo (`step % log_interval == 0`, `not (i + 1) % N`), an equality with a step
+    counter (`if step == 0`, `if i == len(loader) - 1`), an interval-like name
+    (`if should_log`, `if step_in_interval`), or a wall-clock check (`if time.time() - t0 > 60`).
+    """
+    loop_variables = loop_target_names(loop.node) if loop is not None else set()
+    periodic = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_BinaryOperation(self, n: cst.BinaryOperation) -> bool:
+            nonlocal periodic
+            if isinstance(n.operator, cst.Modulo) and not isinstance(
+                n.left, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+            ):
+                periodic = True
+            return not periodic
+
+        def visit_Comparison(self, n: cst.Comparison) -> bool:
+            nonlocal periodic
+            operands = [n.left, *(target.comparator for target in n.comparisons)]
+            for target in n.comparisons:
+                if isinstance(target.operator, cst.Equal) and any(
+                    _is_step_counter(operand, loop_variables) for operand in operands
+                ):
+                    periodic = True
+            return not periodic
+
+        def visit_Name(self, n: cst.Name) -> None:
+            nonlocal periodic
+            if PERIODIC_NAME.search(n.value):
+                periodic = True
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            nonlocal periodic
+            if PERIODIC_NAME.search(n.attr.value):
+                periodic = True
+            return True
+
+    test.visit(Finder())
+    return periodic or _mentions_time_call(test)
+
+
+def is_rare_branch(body: cst.BaseSuite) -> bool:
+    """An `if` body that leaves the loop or the program: it runs at most once, so it is not per-step."""
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        statements = getattr(body, "body", ())
+    else:
+        statements = body.body
+    if not statements:
+        return False
+    last = statements[-1]
+    small = last.body if isinstance(last, cst.SimpleStatementLine) else ()
+    for statement in small:
+        if isinstance(statement, (cst.Raise, cst.Break)):
+            return True
+        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            name = terminal_name(statement.value.func)
+            if name in {"exit", "_exit", "abort"}:
+                return True
+    return False
+
+
+def loop_target_names(node: cst.For | cst.While) -> set[str]:
+    if not isinstance(node, cst.For):
+        return set()
+    return {n for n in _names_in(node.target)}
+
+
+def unwrap_iterable(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`enumerate(tqdm(loader))` -> [loader]; `zip(a_loader, b_loader)` -> both.
+
+    Any call wrapping positional arguments is looked through (enumerate, tqdm, zip, islice,
+    `metric_logger.log_every(loader, ...)`), except `len` and `range`, which turn a loader into a count.
+    """
+    if isinstance(expr, cst.Call):
+        name = terminal_name(expr.func)
+        if name in {"len", "range"}:
+            return []
+        inner = [arg.value for arg in expr.args if arg.keyword is None and not arg.star]
+        found = [expr]
+        for arg in inner:
+            found.extend(unwrap_iterable(arg))
+        return found
+    return [expr]
+
+
+def mentions_step_bound(node: cst.CSTNode) -> bool:
+    return any(STEP_BOUND.search(name) and not _EPOCH.search(name) for name in _names_in(node))
+
+
+def is_step_variable(name: str) -> bool:
+    return bool(STEP_VARIABLE.match(name)) and not _EPOCH.search(name)

@@ -1,0 +1,18 @@
+"""Output formats. Each module renders a list of findings; `FORMATS` maps a format's name to it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from ..finding import Finding
+from . import concise, full, github, json_format
+
+Renderer = Callable[[Sequence[Finding], TextIO, bool], None]
+
+FORMATS: dict[str, Renderer] = {
+    "full": full.render,
+    "concise": concise.render,
+    "json": json_format.render,
+    "github": github.render,
+}

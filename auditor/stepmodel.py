@@ -1,0 +1,301 @@
+"""The per-step model: which code runs once per training (or evaluation) step.
+
+A node runs once per step when, walking outwards from it, we reach a step loop, or a function that
+is only entered per step, before we reach a periodic guard, a rare branch, or the top of the module.
+
+A loop is a *step loop* when
+  1. its own body (outside nested loops) trains: `loss.backward()`, `optimizer.step()`,
+     `scaler.step(opt)`, directly or through functions of this module it calls; or
+  2. it contains no step loop itself (else it is an epoch loop) and it iterates a loader-like
+     iterable (`train_loader`, `enumerate(tqdm(loader))`, `dataloaders[phase]`, a name bound to a
+     `DataLoader(...)`), or counts steps (`for step in range(max_steps)`,
+     `while iter_num < max_iters`), or is a `while True:` that pulls batches with `next()`.
+A function is entered per step when it is a framework step hook (LightningModule `training_step`
+and kin, an HF `Trainer` subclass's `training_step`/`compute_loss`), or when one of its call sites
+in this module is itself per step. docs/per-step-model.md explains the choices and their limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from .module_index import CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex
+from .names import dotted_name, terminal_name
+from .patterns import (
+    LOADER_NAME,
+    is_step_variable,
+    loop_target_names,
+    mentions_step_bound,
+    unwrap_iterable,
+)
+
+LIGHTNING_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+HF_TRAINER_HOOKS = frozenset({"training_step", "compute_loss", "prediction_step"})
+
+
+@dataclass(frozen=True)
+class StepReason:
+    """Why a node runs once per step: the loop or hook that makes it so, and the call chain."""
+
+    kind: str  # "loop" or "hook"
+    node: cst.CSTNode  # the step loop (For/While) or the hook (FunctionDef)
+    hook: str | None = None  # "LightningModule.training_step" and kin
+    via: tuple[str, ...] = ()  # functions entered on the way, outermost first
+
+
+class StepModel:
+    def __init__(self, index: ModuleIndex, extra_hooks: frozenset[str] = frozenset()) -> None:
+        self.index = index
+        self.extra_hooks = extra_hooks
+        self._functions_by_name: dict[str, list[FunctionInfo]] = {}
+        for function in index.functions:
+            if function.class_info is None:
+                self._functions_by_name.setdefault(function.name, []).append(function)
+        self._step_loop: dict[int, bool] = {}
+        self._trains: dict[int, bool] = {}
+        self._has_step_loop: dict[int, bool] = {}
+        self._function_reason: dict[int, StepReason | None] = {}
+        self._frame_reason: dict[int, StepReason | None] = {}
+        self._resolved: dict[int, list[FunctionInfo]] = {}
+        for site in index.calls:
+            for function in self.resolve(site):
+                function.call_sites.append(site)
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def resolve(self, site: CallSite) -> list[FunctionInfo]:
+        """The functions of this module a call may enter (empty when it enters none we know)."""
+        key = id(site.call)
+        cached = self._resolved.get(key)
+        if cached is None:
+            cached = self._resolve(site)
+            self._resolved[key] = cached
+        return cached
+
+    def _resolve(self, site: CallSite) -> list[FunctionInfo]:
+        func = site.call.func
+        if isinstance(func, cst.Name):
+            if func.value in self.index.classes:
+                return []  # constructing an object runs __init__ once, not per step
+            local = self._functions_by_name.get(func.value)
+            if local:
+                return local
+            cls = self._class_of_instance(func.value, site)
+            return self._methods(cls, ("forward", "__call__")) if cls else []
+        if isinstance(func, cst.Attribute):
+            receiver = func.value
+            method = func.attr.value
+            if isinstance(receiver, cst.Name) and receiver.value in {"self", "cls"}:
+                cls = site.frame.enclosing_class()
+                return self._methods(cls, (method,)) if cls else []
+            if isinstance(receiver, cst.Name):
+                cls = self._class_of_instance(receiver.value, site)
+                return self._methods(cls, (method,)) if cls else []
+        return []
+
+    def _class_of_instance(self, name: str, site: CallSite) -> ClassInfo | None:
+        """`model = Net().to(device)` makes `model` an instance of the module's class Net."""
+        found = site.scope.lookup(name)
+        if found is None:
+            return None
+        for binding in found[0]:
+            value = binding.value if binding.kind == "value" else None
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                value = value.func.value  # look through `.to(device)`, `.cuda()`, `.train()`
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                cls = self.index.classes.get(value.func.value)
+                if cls is not None:
+                    return cls
+        return None
+
+    def _methods(self, cls: ClassInfo, names: tuple[str, ...], seen: frozenset = frozenset()) -> list[FunctionInfo]:
+        if id(cls) in seen:
+            return []
+        for name in names:
+            if name in cls.methods:
+                return [cls.methods[name]]
+        for base in cls.bases:
+            base_name = terminal_name(base)
+            parent = self.index.classes.get(base_name) if base_name else None
+            if parent is not None:
+                found = self._methods(parent, names, seen | {id(cls)})
+                if found:
+                    return found
+        return []
+
+    # --- loops and functions -------------------------------------------------------------------
+
+    def is_step_loop(self, loop: LoopInfo) -> bool:
+        key = id(loop)
+        if key in self._step_loop:
+            return self._step_loop[key]
+        self._step_loop[key] = False  # a recursive question is answered "no" until we know
+        answer = self._decide_step_loop(loop)
+        self._step_loop[key] = answer
+        return answer
+
+    def _decide_step_loop(self, loop: LoopInfo) -> bool:
+        if loop.trains_directly or any(self.trains(f) for site in loop.direct_calls for f in self.resolve(site)):
+            return True
+        if self.has_inner_step_loop(loop):
+            return False  # an epoch loop (or an outer loop over splits, models, ...)
+        return self.iterates_loader(loop) or self.counts_steps(loop)
+
+    def has_inner_step_loop(self, loop: LoopInfo) -> bool:
+        if any(self.is_step_loop(child) or self.has_inner_step_loop(child) for child in loop.children):
+            return True
+        return any(self.has_step_loop(f) for site in loop.all_calls for f in self.resolve(site))
+
+    def trains(self, function: FunctionInfo) -> bool:
+        """Does calling this function train (outside any loop of its own)?"""
+        key = id(function)
+        if key not in self._trains:
+            self._trains[key] = False
+            self._trains[key] = function.trains_directly or any(
+                self.trains(f) for site in function.direct_calls for f in self.resolve(site)
+            )
+        return self._trains[key]
+
+    def has_step_loop(self, function: FunctionInfo) -> bool:
+        key = id(function)
+        if key not in self._has_step_loop:
+            self._has_step_loop[key] = False
+            self._has_step_loop[key] = any(self.is_step_loop(loop) for loop in function.loops) or any(
+                self.has_step_loop(f) for site in function.all_calls for f in self.resolve(site)
+            )
+        return self._has_step_loop[key]
+
+    def iterates_loader(self, loop: LoopInfo) -> bool:
+        if not isinstance(loop.node, cst.For):
+            return False
+        return any(self.is_loader(expr, loop) for expr in unwrap_iterable(loop.node.iter))
+
+    def is_loader(self, expr: cst.BaseExpression, loop: LoopInfo | None = None, depth: int = 0) -> bool:
+        if isinstance(expr, cst.Subscript):
+            return self.is_loader(expr.value, loop, depth)
+        if isinstance(expr, cst.Call):
+            qualified = self.index.imports.qualify(expr.func) or ""
+            name = terminal_name(expr.func) or ""
+            return qualified.endswith("DataLoader") or name.endswith("DataLoader") or bool(LOADER_NAME.search(name))
+        name = terminal_name(expr)
+        if name is None:
+            return False
+        if LOADER_NAME.search(name):
+            return True
+        if isinstance(expr, cst.Name) and loop is not None and depth < 3:
+            found = loop.scope.lookup(name)
+            if found is not None:
+                return any(
+                    b.kind == "value" and self.is_loader(b.value, loop, depth + 1) for b in found[0]
+                )
+        return False
+
+    def counts_steps(self, loop: LoopInfo) -> bool:
+        node = loop.node
+        if isinstance(node, cst.While):
+            test = node.test
+            if isinstance(test, cst.Name) and test.value == "True":
+                return loop.calls_next
+            return mentions_step_bound(test)
+        targets = loop_target_names(node)
+        iterable = node.iter
+        while isinstance(iterable, cst.Call) and terminal_name(iterable.func) in {"enumerate", "tqdm", "trange"}:
+            if terminal_name(iterable.func) == "trange":
+                break
+            args = [arg.value for arg in iterable.args if arg.keyword is None]
+            if not args:
+                break
+            iterable = args[0]
+        is_range = isinstance(iterable, cst.Call) and terminal_name(iterable.func) in {"range", "trange"}
+        if not is_range:
+            return False
+        if any(is_step_variable(name) for name in targets):
+            return True
+        bounds = iterable.args
+        return any(
+            mentions_step_bound(arg.value) or self._mentions_loader_length(arg.value, loop) for arg in bounds
+        )
+
+    def _mentions_loader_length(self, expr: cst.BaseExpression, loop: LoopInfo) -> bool:
+        if isinstance(expr, cst.Call) and terminal_name(expr.func) == "len" and expr.args:
+            return self.is_loader(expr.args[0].value, loop)
+        return False
+
+    # --- framework hooks -----------------------------------------------------------------------
+
+    def hook_name(self, function: FunctionInfo) -> str | None:
+        cls = function.class_info
+        if cls is None:
+            return None
+        if function.name in self.extra_hooks:
+            return f"{cls.name}.{function.name}"
+        framework = self.framework_of(cls)
+        if framework == "LightningModule" and function.name in LIGHTNING_HOOKS:
+            return f"LightningModule.{function.name}"
+        if framework == "Trainer" and function.name in HF_TRAINER_HOOKS:
+            return f"Trainer.{function.name}"
+        return None
+
+    def framework_of(self, cls: ClassInfo, seen: frozenset = frozenset()) -> str | None:
+        """"LightningModule" or "Trainer" when the class derives from one, else None."""
+        if id(cls) in seen:
+            return None
+        for base in cls.bases:
+            qualified = self.index.imports.qualify(base) or dotted_name(base) or ""
+            if qualified.endswith("LightningModule"):
+                return "LightningModule"
+            root = qualified.split(".")[0]
+            if qualified.endswith("Trainer") and root in {"transformers", "trl"}:
+                return "Trainer"
+            base_name = terminal_name(base)
+            parent = self.index.classes.get(base_name) if base_name else None
+            if parent is not None:
+                found = self.framework_of(parent, seen | {id(cls)})
+                if found:
+                    return found
+        return None
+
+    def has_framework_classes(self) -> bool:
+        return any(self.framework_of(cls) for cls in self.index.classes.values())
+
+    # --- the question the rules ask ------------------------------------------------------------
+
+    def reason(self, frame: Frame) -> StepReason | None:
+        """Why code in `frame` runs once per step, or None when it does not."""
+        key = id(frame)
+        if key in self._frame_reason:
+            return self._frame_reason[key]
+        self._frame_reason[key] = None
+        answer = self._reason(frame)
+        self._frame_reason[key] = answer
+        return answer
+
+    def _reason(self, frame: Frame) -> StepReason | None:
+        kind = frame.kind
+        if kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.CLASS, FrameKind.MODULE):
+            return None
+        if kind is FrameKind.LOOP and self.is_step_loop(frame.loop):  # type: ignore[arg-type]
+            return StepReason("loop", frame.node)  # type: ignore[arg-type]
+        if kind is FrameKind.FUNCTION:
+            return self.function_reason(frame.function)  # type: ignore[arg-type]
+        return self.reason(frame.parent) if frame.parent is not None else None
+
+    def function_reason(self, function: FunctionInfo) -> StepReason | None:
+        key = id(function)
+        if key in self._function_reason:
+            return self._function_reason[key]
+        self._function_reason[key] = None
+        answer = None
+        hook = self.hook_name(function)
+        if hook is not None:
+            answer = StepReason("hook", function.node, hook=hook)
+        else:
+            for site in function.call_sites:
+                outer = self.reason(site.frame)
+                if outer is not None:
+                    answer = StepReason(outer.kind, outer.node, outer.hook, (*outer.via, function.qualname))
+                    break
+        self._function_reason[key] = answer
+        return answer

@@ -1,0 +1,1 @@
+"""LA0xx: problems with a file itself, reported by the engine."""

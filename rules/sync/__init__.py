@@ -1,0 +1,1 @@
+"""LA1xx: host-device synchronizations on the per-step path of CUDA code."""

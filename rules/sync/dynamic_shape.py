@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+
+_TORCH_FUNCTIONS = {
+    "torch.nonzero": "torch.nonzero",
+    "torch.argwhere": "torch.argwhere",
+    "torch.masked_select": "torch.masked_select",
+    "torch.unique": "torch.unique",
+    "torch.unique_consecutive": "torch.unique_consecutive",
+}
+_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
+_MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "bool"})
+_MASK_FUNCTIONS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or", "torch.logical_not", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge", "torch.le"})
+
+
+class DynamicShapeInStep(Rule):
+    code = "LA105"
+    name = "data-dependent-shape-in-step"
+    summary = "An op whose output size depends on tensor values (`nonzero`, `unique`, `x[mask]`) once per step."
+    message = "the output's size depends on the data, so the CPU waits for the GPU to count it: a sync once per step"
+    suggestion = (
+        "keep shapes static: `torch.where(mask, x, 0)` or `x * mask` instead of `x[mask]`, a masked mean "
+        "`(x * mask).sum() / mask.sum()` instead of `x[mask].mean()`, or `nonzero_static(size=...)`"
+    )
+    what_it_flags = (
+        "In code that runs once per step of a CUDA script: `torch.nonzero`/`.nonzero()`, "
+        "`torch.argwhere`, `torch.masked_select`, `torch.unique`/`.unique()`, `unique_consecutive`, "
+        "one-argument `torch.where(cond)`, and boolean-mask indexing `x[mask]` where the mask is a comparison "
+        "written inline (`logits[labels != -100]`) or assigned from one in the same function. Writing "
+        "through a mask (`x[mask] = 0`) is not flagged: PyTorch turns it into a `masked_fill_` without a sync."
+    )
+    why_it_costs = (
+        "The size of the result is only known once the GPU has evaluated the mask. PyTorch must allocate the "
+        "output on the host's say-so, so it copies the count back and waits for it (`aten::nonzero` followed "
+        "by `cudaStreamSynchronize` or a blocking `Memcpy DtoH` in a profile). Every later kernel of the step "
+        "is launched only after that."
+    )
+    example = (
+        "for batch in loader:\n"
+        "    logits = model(batch['input_ids'].cuda())\n"
+        "    labels = batch['labels'].cuda()\n"
+        "    active = labels != -100\n"
+        "    loss = F.cross_entropy(logits[active], labels[active])\n"
+    )
+    use_instead = (
+        "for batch in loader:\n"
+        "    logits = model(batch['input_ids'].cuda())\n"
+        "    labels = batch['labels'].cuda()\n"
+        "    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)\n"
+    )
+    fix_safety = "No automatic fix: the static-shape formulation depends on what the selected values are used for."
+    valid = (
+        # Static-shape formulations.
+        "import torch\n"
+        "model.cuda()\n"
+        "for x, y in loader:\n"
+        "    out = model(x.cuda())\n"
+        "    mask = y.cuda() > 0\n"
+        "    kept = torch.where(mask, out, 0)\n"
+        "    out[mask] = 0\n"
+        "    loss = (out * mask).sum() / mask.sum().clamp(min=1)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Once, before training.
+        "import torch\n"
+        "classes = torch.unique(torch.tensor(dataset.targets))\n"
+        "for x, y in loader:\n"
+        "    loss = model(x.cuda()).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+    )
+    invalid = (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "device = 'cuda'\n"
+        "for batch in train_loader:\n"
+        "    logits = model(batch['input_ids'].to(device))\n"
+        "    labels = batch['labels'].to(device)\n"
+        "    active = labels != -100\n"
+        "    loss = F.cross_entropy(logits[active], labels[active])  # expect: LA105\n"
+        "    idx = torch.nonzero(labels)  # expect: LA105\n"
+        "    seen = labels.unique()  # expect: LA105\n"
+        "    pos = torch.where(labels > 0)  # expect: LA105\n"
+        "    picked = torch.masked_select(logits, logits > 0)  # expect: LA105\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+    )
+
+    node_types = (cst.Call, cst.Subscript)
+
+    def check(self, node, ctx):
+        if isinstance(node, cst.Subscript):
+            yield from self._mask_index(node, ctx)
+            return
+        qualified = ctx.qualified_name(node.func) or ""
+        if qualified in _TORCH_FUNCTIONS:
+            yield Report(node, f"`{qualified}` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step")
+            return
+        if qualified == "torch.where":
+            if len(node.args) == 1 and node.args[0].keyword is None:
+                yield Report(node, "one-argument `torch.where` is `nonzero`: the CPU waits for the GPU to count the matches, once per step")
+            return
+        receiver = ctx.method_call(node, *_METHODS)
+        if receiver is not None and ctx.maybe_tensor(receiver) and not _is_static_nonzero(node):
+            method = node.func.attr.value
+            yield Report(node, f"`.{method}()` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step")
+
+    def _mask_index(self, node: cst.Subscript, ctx):
+        if id(node) in ctx.index.stored_subscripts or len(node.slice) != 1:
+            return
+        element = node.slice[0].slice
+        if not isinstance(element, cst.Index):
+            return
+        if self._is_mask(element.value, ctx, depth=0) and ctx.maybe_tensor(node.value):
+            yield Report(node)
+
+    def _is_mask(self, expr: cst.BaseExpression, ctx, depth: int) -> bool:
+        if depth > 3:
+            return False
+        if isinstance(expr, cst.Comparison):
+            plain = all(isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)) for c in expr.comparisons)
+            return plain and ctx.is_tensor(expr)
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
+            return self._is_mask(expr.expression, ctx, depth + 1)
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.BitAnd, cst.BitOr, cst.BitXor)):
+            return self._is_mask(expr.left, ctx, depth + 1) or self._is_mask(expr.right, ctx, depth + 1)
+        if isinstance(expr, cst.Call):
+            if (ctx.qualified_name(expr.func) or "") in _MASK_FUNCTIONS:
+                return True
+            receiver = ctx.method_call(expr, *_MASK_METHODS)
+            return receiver is not None and ctx.is_tensor(receiver)
+        if isinstance(expr, cst.Name):
+            found = ctx.scope.lookup(expr.value)
+            if found is None or found[1] is not ctx.scope:
+                return False  # the bar: the mask is computed in the same function
+            return any(b.kind == "value" and self._is_mask(b.value, ctx, depth + 1) for b in found[0])
+        return False
+
+
+def _is_static_nonzero(node: cst.Call) -> bool:
+    return node.func.attr.value == "nonzero" and any(arg.keyword and arg.keyword.value == "size" for arg in node.args)

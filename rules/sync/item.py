@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+
+
+class ItemInStep(Rule):
+    code = "LA101"
+    name = "item-in-step"
+    summary = "`.item()` / `.tolist()` on a tensor once per step."
+    message = "`.item()` copies a GPU value to the host: the CPU stalls until the GPU drains, once per step"
+    suggestion = (
+        "keep the running value on the device (`total += loss.detach()`) and call `.item()` only at the "
+        "log interval, e.g. under `if step % log_interval == 0:`"
+    )
+    what_it_flags = (
+        "`.item()` and `.tolist()` on a tensor in code that runs once per training or evaluation step of a "
+        "script that targets CUDA, including metric accumulation such as "
+        "`correct += (pred == y).sum().item()` and progress bars such as `pbar.set_postfix(loss=loss.item())`. "
+        "Calls under a periodic guard (`if step % log_interval == 0:`) and calls on NumPy values are not "
+        "flagged."
+    )
+    why_it_costs = (
+        "CUDA kernels run asynchronously: the Python loop normally races ahead and queues the next step's "
+        "kernels while the GPU works. `.item()` needs the value on the host, so it blocks until every kernel "
+        "queued before it has finished and the copy is done (`aten::_local_scalar_dense` then "
+        "`cudaStreamSynchronize` in a profile). Once per step, the queue empties every step and the GPU idles "
+        "while Python prepares the next one: the launch overhead of the whole step is no longer hidden."
+    )
+    example = (
+        "for x, y in train_loader:\n"
+        "    loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    running_loss += loss.item()\n"
+    )
+    use_instead = (
+        "running_loss = torch.zeros((), device=\"cuda\")\n"
+        "for step, (x, y) in enumerate(train_loader):\n"
+        "    loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    running_loss += loss.detach()\n"
+        "    if step % log_interval == 0:\n"
+        "        print(running_loss.item() / (step + 1))\n"
+    )
+    fix_safety = (
+        "No automatic fix: moving the sync changes when values are read, and an accumulator kept on the "
+        "device must be detached so it does not keep each step's autograd graph alive."
+    )
+    valid = (
+        # Periodic logging: the sync happens once per interval, not per step.
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "for step, (x, y) in enumerate(train_loader):\n"
+        "    loss = model(x.to(device)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if step % 100 == 0:\n"
+        "        print(step, loss.item())\n",
+        # A CPU-only script: there is no device to wait for.
+        "import torch\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    total += loss.item()\n",
+        # NumPy values are not tensors; dict.items() is not .item().
+        "import numpy as np\n"
+        "import torch\n"
+        "model.cuda()\n"
+        "for batch in loader:\n"
+        "    stats = np.mean(batch_times).item()\n"
+        "    for key, value in metrics.items():\n"
+        "        pass\n"
+        "    loss = model(batch.cuda()).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Once per epoch, after the step loop, is fine.
+        "import torch\n"
+        "for epoch in range(10):\n"
+        "    total = torch.zeros((), device='cuda')\n"
+        "    for x, y in train_loader:\n"
+        "        loss = model(x.cuda()).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.detach()\n"
+        "    print(epoch, total.item())\n",
+    )
+    invalid = (
+        "import torch\n"
+        "device = 'cuda'\n"
+        "for epoch in range(10):\n"
+        "    running_loss = 0.0\n"
+        "    for i, (inputs, labels) in enumerate(trainloader):\n"
+        "        outputs = net(inputs.to(device))\n"
+        "        loss = criterion(outputs, labels.to(device))\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        running_loss += loss.item()  # expect: LA101\n"
+        "        if i % 2000 == 1999:\n"
+        "            print(running_loss / 2000)\n",
+        # Evaluation steps count too, and .tolist() is the same sync.
+        "import torch\n"
+        "model = model.cuda()\n"
+        "with torch.no_grad():\n"
+        "    for data, target in test_loader:\n"
+        "        output = model(data.cuda())\n"
+        "        pred = output.argmax(dim=1)\n"
+        "        correct += (pred == target.cuda()).sum().item()  # expect: LA101\n"
+        "        predictions.extend(pred.tolist())  # expect: LA101\n",
+        # A progress bar updated every step.
+        "import torch\n"
+        "from tqdm import tqdm\n"
+        "model.to('cuda')\n"
+        "pbar = tqdm(train_loader)\n"
+        "for batch in pbar:\n"
+        "    loss = model(batch.to('cuda')).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    pbar.set_postfix(loss=loss.item())  # expect: LA101\n",
+        # A Lightning step hook runs once per step on the accelerator.
+        "import torch\n"
+        "import lightning as L\n"
+        "class LitModel(L.LightningModule):\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        x, y = batch\n"
+        "        loss = torch.nn.functional.cross_entropy(self(x), y)\n"
+        "        self.log('train_loss', loss.item())  # expect: LA101\n"
+        "        return loss\n",
+    )
+
+    node_types = (cst.Call,)
+
+    def check(self, node, ctx):
+        receiver = ctx.method_call(node, "item", "tolist")
+        if receiver is None or node.args or not ctx.maybe_tensor(receiver):
+            return
+        method = node.func.attr.value
+        if method == "tolist":
+            yield Report(node, "`.tolist()` copies a GPU tensor to the host: the CPU stalls until the GPU drains, once per step")
+        else:
+            yield Report(node)

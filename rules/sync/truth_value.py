@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+
+_CONVERSIONS = frozenset({"float", "int", "bool", "complex"})
+
+
+def _tested(expr: cst.BaseExpression):
+    """The operands whose truth value Python computes when it tests `expr` itself."""
+    if isinstance(expr, cst.BooleanOperation):
+        yield from _tested(expr.left)
+        yield from _tested(expr.right)
+    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        yield from _tested(expr.expression)
+    else:
+        yield expr
+
+
+class TensorTruthValueInStep(Rule):
+    code = "LA103"
+    name = "tensor-truth-value-in-step"
+    summary = "A tensor used as a Python bool or number (`if loss < best`, `float(t)`) once per step."
+    message = "Python needs this tensor's value on the host: the CPU stalls until the GPU drains, once per step"
+    suggestion = (
+        "keep the decision on the device (`torch.where`, `torch.clamp`, masks), check it only at the log "
+        "interval, or, for a NaN guard, accumulate `torch.isfinite(loss)` and inspect it periodically"
+    )
+    what_it_flags = (
+        "A CUDA tensor turned into a Python value in code that runs once per step: the test of `if`, "
+        "`while`, `assert` and conditional expressions; the operands of `and`/`or`/`not`; "
+        "`float(t)`, `int(t)`, `bool(t)`; a `math` function applied to a tensor (`math.exp(loss)`). "
+        "Comparisons count when a side is a tensor (`if loss < best_loss`, `if mask.sum() > 0`), and so do "
+        "tensor predicates (`if torch.isnan(loss).any()`). Only expressions that are shown to be tensors are "
+        "flagged; shapes (`x.shape[0] > 0`), `is None` checks and Python numbers are not."
+    )
+    why_it_costs = (
+        "`bool(t)` and `float(t)` call `.item()` under the hood (`aten::_local_scalar_dense`): the CPU waits "
+        "for every queued kernel and the copy back. In a training step this drains the GPU queue every "
+        "step, and the branch keeps the CPU from queuing the rest of the step meanwhile."
+    )
+    example = (
+        "for x, y in loader:\n"
+        "    loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    if torch.isnan(loss):\n"
+        "        continue\n"
+        "    loss.backward()\n"
+    )
+    use_instead = (
+        "bad_steps = torch.zeros((), device='cuda', dtype=torch.long)\n"
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    bad_steps += ~torch.isfinite(loss)\n"
+        "    loss = torch.nan_to_num(loss)  # or let GradScaler skip non-finite steps\n"
+        "    loss.backward()\n"
+        "    if step % 100 == 0 and bad_steps.item():\n"
+        "        print('non-finite losses seen')\n"
+    )
+    fix_safety = "No automatic fix: a branch on a device value needs a device-side formulation, which changes the code's shape."
+    valid = (
+        # Shapes and Python values are host data already.
+        "import torch\n"
+        "model.cuda()\n"
+        "for x, y in train_loader:\n"
+        "    if x.shape[0] < batch_size or args.skip_partial:\n"
+        "        continue\n"
+        "    loss = model(x.cuda()).sum()\n"
+        "    if loss is None:\n"
+        "        continue\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Checking at the log interval only.
+        "import torch\n"
+        "for step in range(max_steps):\n"
+        "    loss = model(get_batch('cuda')).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if step % 100 == 0:\n"
+        "        if loss < best:\n"
+        "            best = loss\n",
+    )
+    invalid = (
+        "import math\n"
+        "import torch\n"
+        "device = 'cuda'\n"
+        "for step, (x, y) in enumerate(train_loader):\n"
+        "    loss = criterion(model(x.to(device)), y.to(device))\n"
+        "    if torch.isnan(loss):  # expect: LA103\n"
+        "        continue\n"
+        "    loss.backward()\n"
+        "    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    if grad_norm > 10.0 and not warmup:  # expect: LA103\n"
+        "        skipped += 1\n"
+        "    optimizer.step()\n"
+        "    history.append(float(loss))  # expect: LA103\n"
+        "    ppl = math.exp(loss)  # expect: LA103\n"
+        "    assert torch.isfinite(loss).all()  # expect: LA103\n",
+    )
+
+    node_types = (cst.If, cst.While, cst.Assert, cst.IfExp, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
+
+    def check(self, node, ctx):
+        if isinstance(node, (cst.If, cst.While, cst.IfExp, cst.Assert)):
+            for operand in _tested(node.test):
+                if ctx.is_tensor(operand):
+                    yield Report(operand)
+        elif isinstance(node, cst.BooleanOperation):
+            # The left operand is always tested; the right one only when the whole is tested (above).
+            for operand in _tested(node.left):
+                if ctx.is_tensor(operand):
+                    yield Report(operand)
+        elif isinstance(node, cst.UnaryOperation):
+            if isinstance(node.operator, cst.Not):
+                for operand in _tested(node.expression):
+                    if ctx.is_tensor(operand):
+                        yield Report(operand)
+        elif isinstance(node, cst.Call):
+            yield from self._conversion(node, ctx)
+
+    def _conversion(self, node: cst.Call, ctx):
+        positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        if not positional:
+            return
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in _CONVERSIONS and ctx.qualified_name(func) is None:
+            if len(positional) == 1 and ctx.is_tensor(positional[0]):
+                yield Report(node, f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step")
+            return
+        qualified = ctx.qualified_name(func) or ""
+        if qualified.startswith("math.") and any(ctx.is_tensor(arg) for arg in positional):
+            yield Report(node, f"`{qualified}()` converts a tensor to a Python float: the CPU stalls until the GPU drains, once per step")
