@@ -108,6 +108,8 @@ def _ignores_above(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
             spec = _load_gitignore(folder)
             if spec is not None:
                 chain.append((folder, spec))
+    if _ignored(resolved, chain, is_dir=True):
+        return []  # the user named an ignored folder: they asked for it, so scan it
     return chain
 
 

@@ -54,8 +54,9 @@ def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, expli
         # Python's own rule: UTF-8 unless a PEP 263 `# -*- coding: ... -*-` line says otherwise.
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
-    except (SyntaxError, LookupError):
-        return _file_problem(UNREADABLE_FILE, display_name, options, "its coding declaration names an unknown encoding")
+    except (SyntaxError, LookupError) as error:
+        reason = str(error).split(" for ")[0] or "invalid encoding"  # drop the temporary file name
+        return _file_problem(UNREADABLE_FILE, display_name, options, f"not readable as Python source: {reason}")
     except UnicodeDecodeError as error:
         return _file_problem(
             UNREADABLE_FILE, display_name, options, f"not {error.encoding} text (byte {error.start} cannot be decoded)"

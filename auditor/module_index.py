@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .names import ImportTable, dotted_name, terminal_name
+from .walk import walk
 from .patterns import is_periodic_test, is_rare_branch, is_training_call
 
 
@@ -112,7 +113,6 @@ class LoopInfo:
     # Calls to other code in the body: outside nested loops / anywhere in the body.
     direct_calls: list[CallSite] = field(default_factory=list)
     all_calls: list[CallSite] = field(default_factory=list)
-    calls_next: bool = False  # `next(it)` in the body: pulls a batch from an iterator each time
 
 
 @dataclass(eq=False)
@@ -168,17 +168,17 @@ class ModuleIndex:
     stored_subscripts: set[int] = field(default_factory=set)  # ids of `x[i]` written to, not read
 
 
-class _Indexer(cst.CSTVisitor):
+class _Indexer:
     def __init__(self, index: ModuleIndex, site_types: tuple[type, ...]) -> None:
-        super().__init__()
         self.index = index
-        self.site_types = site_types
+        self.site_types = frozenset(site_types)
         self.frame = index.module_frame
         self.scope = index.module_scope
         self.loop: LoopInfo | None = None
         self.function: FunctionInfo | None = None
         # Each entry remembers what on_visit_attribute changed, so on_leave_attribute can undo it.
         self._undo: list[tuple | None] = []
+        self._loops_by_node: dict[int, LoopInfo] = {}
 
     # --- structure -----------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class _Indexer(cst.CSTVisitor):
             if is_rare_branch(node.body):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
-        elif isinstance(node, cst.ExceptHandler) and attribute == "body":
+        elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)) and attribute == "body":
             self._push(Frame(FrameKind.RARE, self.frame, node))
             return
         elif isinstance(node, cst.FunctionDef) and attribute == "body":
@@ -268,13 +268,13 @@ class _Indexer(cst.CSTVisitor):
 
     # --- facts ---------------------------------------------------------------------------------
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, self.site_types):
-            self.index.sites.setdefault(type(node), []).append(Site(node, self.frame, self.scope))
-        visit = self._visitors.get(type(node))
+    def on_visit(self, node: cst.CSTNode) -> None:
+        node_type = type(node)
+        if node_type in self.site_types:
+            self.index.sites.setdefault(node_type, []).append(Site(node, self.frame, self.scope))
+        visit = self._visitors.get(node_type)
         if visit is not None:
             visit(self, node)
-        return True
 
     def _visit_call(self, node: cst.Call) -> None:
         site = CallSite(node, self.frame, self.scope)
@@ -284,8 +284,6 @@ class _Indexer(cst.CSTVisitor):
             self.index.cuda_method_calls = True
         if isinstance(func, cst.Name) and func.value[:1].isupper():
             self.index.constructor_calls.append(node)
-        if isinstance(func, cst.Name) and func.value == "next" and self.loop is not None:
-            self.loop.calls_next = True
         training = is_training_call(node, self.index.imports)
         in_loop = self.loop is not None and self.loop.function is self.function
         if in_loop:
@@ -417,9 +415,12 @@ def build_index(module: cst.Module, site_types: tuple[type, ...]) -> ModuleIndex
     module_scope = Scope(parent=None)
     index = ModuleIndex(module, imports, module_scope, Frame(FrameKind.MODULE, None, module))
     indexer = _Indexer(index, site_types)
-    indexer._loops_by_node = {}
-    module.visit(indexer)
+    walk(module, indexer.on_visit, indexer.on_visit_attribute, indexer.on_leave_attribute, _STRUCTURAL)
     return index
+
+
+# Nodes whose fields open a new frame (a loop body, an `if` body, a handler, a function body).
+_STRUCTURAL = frozenset({cst.For, cst.While, cst.If, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef})
 
 
 __all__ = [

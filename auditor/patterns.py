@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from .names import ImportTable, terminal_name
+from .walk import iter_subtree
 
 if TYPE_CHECKING:
     from .module_index import LoopInfo
@@ -20,16 +21,21 @@ _OPTIMIZER_NAME = re.compile(r"(?i)(optim|^opt(_|$)|_opt$|^opt\d|scaler)")
 _SCHEDULER_NAME = re.compile(r"(?i)sched")
 
 # Names of iterables that yield batches: train_loader, dataloaders[phase], self.val_dl, batches.
-LOADER_NAME = re.compile(
-    r"(?i)(loader|^dl$|_dl$|^dl_|^batches$|_batches$|data_?iter|batch_?iter|prefetcher|^batch_generator$)"
-)
+LOADER_NAME = re.compile(r"(?i)(loader|^dl$|_dl$|^dl_|data_?iter|batch_?iter|prefetcher|^batch_generator$)")
 # Loop variables that count steps: `for step in ...`, `for it in ...`, `for batch_idx in ...`.
 STEP_VARIABLE = re.compile(
     r"(?i)^(step|steps|it|iter|iteration|itr|i_?iter|iter_?num|global_step|.*_step|step_.*|"
     r"batch_?idx|batch_?i|batch_?num|i_?batch|update|n_?update)$"
 )
 # Bounds that count steps: `range(max_steps)`, `range(eval_iters)`, `while iter_num < max_iters`.
-STEP_BOUND = re.compile(r"(?i)(steps|step$|iters$|iter$|iterations|batches|updates|iter_?num|global_step)")
+STEP_BOUND = re.compile(r"(?i)(steps$|iters$|max_iter|iterations$|batches$|updates$|iter_?num|global_step)")
+# Callees that do a step's work when called: a forward pass (`model(x)`, `self.net(x)`,
+# `criterion(out, y)`) or fetching a batch (`next(it)`, `get_batch("train")`).
+FORWARD_CALLEE = re.compile(
+    r"(?i)(model|net$|network|criterion|loss_?fn|loss_?func|lossfn|loss_fct|encoder|decoder|"
+    r"classifier|backbone|generator|discriminator|^netg$|^netd$|critic|actor|policy|^module$|^ddp|^self$)"
+)
+BATCH_FETCH = re.compile(r"(?i)^(next|get_batch|get_batches|sample_batch|next_batch|fetch_batch|load_batch)$")
 _EPOCH = re.compile(r"(?i)epoch")
 
 # Names that, used in an `if` test, make it a periodic guard: intervals, frequencies, "should log".
@@ -61,29 +67,11 @@ def is_training_call(call: cst.Call, imports: ImportTable) -> bool:
 def _names_in(node: cst.CSTNode) -> list[str]:
     """Identifiers a condition mentions: the terminal names of names and attributes."""
     found: list[str] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
+    for n in iter_subtree(node):
+        if isinstance(n, cst.Name):
             found.append(n.value)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
+        elif isinstance(n, cst.Attribute):
             found.append(n.attr.value)
-            return True
-
-    node.visit(Collector())
-    return found
-
-
-def _mentions_time_call(node: cst.CSTNode) -> bool:
-    found = False
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            nonlocal found
-            if terminal_name(n.func) in _TIME_FUNCTIONS:
-                found = True
-
-    node.visit(Finder())
     return found
 
 
@@ -102,40 +90,27 @@ def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None) -> bool:
     (`if should_log`, `if step_in_interval`), or a wall-clock check (`if time.time() - t0 > 60`).
     """
     loop_variables = loop_target_names(loop.node) if loop is not None else set()
-    periodic = False
-
-    class Finder(cst.CSTVisitor):
-        def visit_BinaryOperation(self, n: cst.BinaryOperation) -> bool:
-            nonlocal periodic
+    for n in iter_subtree(test):
+        if isinstance(n, cst.BinaryOperation):
             if isinstance(n.operator, cst.Modulo) and not isinstance(
                 n.left, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
             ):
-                periodic = True
-            return not periodic
-
-        def visit_Comparison(self, n: cst.Comparison) -> bool:
-            nonlocal periodic
+                return True
+        elif isinstance(n, cst.Comparison):
             operands = [n.left, *(target.comparator for target in n.comparisons)]
-            for target in n.comparisons:
-                if isinstance(target.operator, cst.Equal) and any(
-                    _is_step_counter(operand, loop_variables) for operand in operands
-                ):
-                    periodic = True
-            return not periodic
-
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal periodic
+            if any(isinstance(target.operator, cst.Equal) for target in n.comparisons) and any(
+                _is_step_counter(operand, loop_variables) for operand in operands
+            ):
+                return True
+        elif isinstance(n, cst.Name):
             if PERIODIC_NAME.search(n.value):
-                periodic = True
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            nonlocal periodic
+                return True
+        elif isinstance(n, cst.Attribute):
             if PERIODIC_NAME.search(n.attr.value):
-                periodic = True
+                return True
+        elif isinstance(n, cst.Call) and terminal_name(n.func) in _TIME_FUNCTIONS:
             return True
-
-    test.visit(Finder())
-    return periodic or _mentions_time_call(test)
+    return False
 
 
 def is_rare_branch(body: cst.BaseSuite) -> bool:

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import re
 
+# What a step loop or step hook needs to exist (see stepmodel.py): a training call, a loader, a
+# framework hook, a `for` whose variable or bound counts steps, or a `while` whose test does.
 _STEP_HINT = re.compile(
-    r"\.backward\(|zero_grad\(|\.step\(|[lL]oader|\b(?:training_step|validation_step|test_step|"
-    r"predict_step|compute_loss|prediction_step)\b|^[ \t]*for\b[^\n]*(?:step|iter|batch)[^\n]*\bin\b|"
-    r"^[ \t]*while\b",
+    r"\.backward\(|\.step\(|[lL]oader\b|\b(?:training_step|validation_step|test_step|predict_step|"
+    r"compute_loss|prediction_step)\b|"
+    r"^[ \t]*for\b[^\n:]*?\b(?:step|steps|it|iter|iteration|itr|global_step|batch_?idx|\w+_step|i_iter)\b[^\n:]*?\bin\b|"
+    r"\brange\([^\n]*?(?:steps|iters|iterations|batches|iter_num)|"
+    r"^[ \t]*while\b[^\n]*?(?:step|iter)",
     re.M,
 )
+_WHILE_TRUE_WITH_NEXT = re.compile(r"^[ \t]*while\s+True\b", re.M)
 _CUDA_HINT = re.compile(r"cuda|nccl|Accelerator|Fabric|Lightning|Trainer")
 
 
@@ -26,4 +31,6 @@ def may_contain_findings(text: str, *, only_cuda_rules: bool, extra_hooks: froze
         return False
     if any(hook in text for hook in extra_hooks):
         return True
-    return _STEP_HINT.search(text) is not None
+    if _STEP_HINT.search(text) is not None:
+        return True
+    return "next(" in text and _WHILE_TRUE_WITH_NEXT.search(text) is not None

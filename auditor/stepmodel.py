@@ -21,10 +21,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .module_index import CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex
+from .module_index import CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope
 from .names import dotted_name, terminal_name
 from .patterns import (
+    BATCH_FETCH,
+    FORWARD_CALLEE,
     LOADER_NAME,
+    is_training_call,
     is_step_variable,
     loop_target_names,
     mentions_step_bound,
@@ -141,7 +144,27 @@ class StepModel:
             return True
         if self.has_inner_step_loop(loop):
             return False  # an epoch loop (or an outer loop over splits, models, ...)
-        return self.iterates_loader(loop) or self.counts_steps(loop)
+        if self.iterates_loader(loop):
+            return True
+        # A loop that only *looks* like it counts steps (`while num_iters < n`, `for b in
+        # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
+        return self.counts_steps(loop) and self.does_step_work(loop.all_calls)
+
+    def does_step_work(self, calls: list[CallSite], seen: frozenset = frozenset()) -> bool:
+        for site in calls:
+            if is_training_call(site.call, self.index.imports):
+                return True
+            name = terminal_name(site.call.func) or ""
+            if name == "next":
+                # `next(it)` fetches a batch only when `it` comes from a loader: `it = iter(train_loader)`.
+                if site.call.args and self.is_loader(site.call.args[0].value, site.scope):
+                    return True
+            elif BATCH_FETCH.match(name) or (FORWARD_CALLEE.search(name) and name not in self.index.classes):
+                return True
+            for function in self.resolve(site):
+                if id(function) not in seen and self.does_step_work(function.all_calls, seen | {id(function)}):
+                    return True
+        return False
 
     def has_inner_step_loop(self, loop: LoopInfo) -> bool:
         if any(self.is_step_loop(child) or self.has_inner_step_loop(child) for child in loop.children):
@@ -170,25 +193,28 @@ class StepModel:
     def iterates_loader(self, loop: LoopInfo) -> bool:
         if not isinstance(loop.node, cst.For):
             return False
-        return any(self.is_loader(expr, loop) for expr in unwrap_iterable(loop.node.iter))
+        return any(self.is_loader(expr, loop.scope) for expr in unwrap_iterable(loop.node.iter))
 
-    def is_loader(self, expr: cst.BaseExpression, loop: LoopInfo | None = None, depth: int = 0) -> bool:
+    def is_loader(self, expr: cst.BaseExpression, scope: Scope | None = None, depth: int = 0) -> bool:
+        """Does `expr` yield batches: a DataLoader, a loader-named value, or `iter()` of one?"""
         if isinstance(expr, cst.Subscript):
-            return self.is_loader(expr.value, loop, depth)
+            return self.is_loader(expr.value, scope, depth)
         if isinstance(expr, cst.Call):
             qualified = self.index.imports.qualify(expr.func) or ""
             name = terminal_name(expr.func) or ""
+            if name == "iter" and expr.args:
+                return self.is_loader(expr.args[0].value, scope, depth)
             return qualified.endswith("DataLoader") or name.endswith("DataLoader") or bool(LOADER_NAME.search(name))
         name = terminal_name(expr)
         if name is None:
             return False
         if LOADER_NAME.search(name):
             return True
-        if isinstance(expr, cst.Name) and loop is not None and depth < 3:
-            found = loop.scope.lookup(name)
+        if isinstance(expr, cst.Name) and scope is not None and depth < 3:
+            found = scope.lookup(name)
             if found is not None:
                 return any(
-                    b.kind == "value" and self.is_loader(b.value, loop, depth + 1) for b in found[0]
+                    b.kind == "value" and self.is_loader(b.value, scope, depth + 1) for b in found[0]
                 )
         return False
 
@@ -197,7 +223,7 @@ class StepModel:
         if isinstance(node, cst.While):
             test = node.test
             if isinstance(test, cst.Name) and test.value == "True":
-                return loop.calls_next
+                return True  # `while True:` ... `break`: a step loop if it does a step's work
             return mentions_step_bound(test)
         targets = loop_target_names(node)
         iterable = node.iter
@@ -220,7 +246,7 @@ class StepModel:
 
     def _mentions_loader_length(self, expr: cst.BaseExpression, loop: LoopInfo) -> bool:
         if isinstance(expr, cst.Call) and terminal_name(expr.func) == "len" and expr.args:
-            return self.is_loader(expr.args[0].value, loop)
+            return self.is_loader(expr.args[0].value, loop.scope)
         return False
 
     # --- framework hooks -----------------------------------------------------------------------

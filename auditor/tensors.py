@@ -15,6 +15,7 @@ import libcst as cst
 
 from .module_index import Binding, ModuleIndex, Scope
 from .names import terminal_name
+from .patterns import FORWARD_CALLEE
 from .stepmodel import StepModel
 
 
@@ -70,11 +71,6 @@ _TENSOR_METHODS = frozenset({
 _TENSOR_NAMES = re.compile(
     r"(?i)^(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
     r"y_?hat|probs|probabilities|grad_?norm|total_?norm)$"
-)
-# Callees that, called with a batch, are a forward pass (`model(x)`, `criterion(out, y)`).
-_MODULE_CALLEE = re.compile(
-    r"(?i)(model|net|network|criterion|loss_?fn|loss_?func|lossfn|loss_fct|encoder|decoder|head|"
-    r"classifier|backbone|generator|discriminator|netg|netd|critic|actor|policy|^module$|^ddp|^self$)"
 )
 _PY_NON_TENSOR_CALLS = frozenset({
     "float", "int", "bool", "len", "str", "repr", "round", "abs", "range", "list", "dict", "tuple",
@@ -147,16 +143,16 @@ class TensorInference:
             # `logits, loss = model(x, y)`: the elements of a forward pass's result are tensors.
             return Kind.TENSOR if inner is Kind.TENSOR else Kind.UNKNOWN
         if binding.kind == "loop":
-            return self._loop_element_kind(value, binding.position, depth)
+            return self._loop_element_kind(value, scope, binding.position)
         return Kind.UNKNOWN
 
-    def _loop_element_kind(self, iterable: cst.BaseExpression, position: int, depth: int) -> Kind:
+    def _loop_element_kind(self, iterable: cst.BaseExpression, scope: Scope, position: int) -> Kind:
         if isinstance(iterable, cst.Call) and terminal_name(iterable.func) == "enumerate" and position == 0:
             return Kind.NOT_TENSOR  # the index
         if isinstance(iterable, cst.Call) and terminal_name(iterable.func) in {"range", "trange"}:
             return Kind.NOT_TENSOR
-        if self.steps.is_loader(iterable) or any(
-            self.steps.is_loader(inner) for inner in _call_arguments(iterable)
+        if self.steps.is_loader(iterable, scope) or any(
+            self.steps.is_loader(inner, scope) for inner in _call_arguments(iterable)
         ):
             return Kind.TENSOR  # batches from a DataLoader are tensors (or collections of them)
         return Kind.UNKNOWN
@@ -225,7 +221,7 @@ class TensorInference:
                 return Kind.NOT_TENSOR
             if func.value in self.index.classes:
                 return Kind.UNKNOWN  # constructing one of the module's own classes
-            if _MODULE_CALLEE.search(func.value) or self._is_model_instance(func.value, scope):
+            if FORWARD_CALLEE.search(func.value) or self._is_model_instance(func.value, scope):
                 return Kind.TENSOR
             return Kind.UNKNOWN
         if isinstance(func, cst.Attribute):
@@ -235,7 +231,7 @@ class TensorInference:
             if method in _TENSOR_METHODS:
                 receiver = self.kind(func.value, scope, depth)
                 return receiver
-            if isinstance(func.value, cst.Name) and func.value.value == "self" and _MODULE_CALLEE.search(method):
+            if isinstance(func.value, cst.Name) and func.value.value == "self" and FORWARD_CALLEE.search(method):
                 return Kind.TENSOR  # `self.model(x)`, `self.criterion(out, y)`
         return Kind.UNKNOWN
 
