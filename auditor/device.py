@@ -1,10 +1,11 @@
 """Does this module put work on a CUDA device?
 
 A host-device sync only costs something when there is a device to wait for. A module targets CUDA
-when it says so anywhere: a `.cuda()` call, a `"cuda"`/`"cuda:0"`/`f"cuda:{rank}"` or `"nccl"`
-literal, any use of `torch.cuda` (`torch.cuda.is_available()`, `torch.cuda.set_device`), or a
-framework that picks the accelerator for it (accelerate's `Accelerator`, Lightning's `Fabric` or a
-`LightningModule`, an HF `Trainer` subclass). A script with none of these runs on the CPU (or on
+when it calls `.cuda()`; wraps a model in `DataParallel` or `DistributedDataParallel(device_ids=...)`;
+lets a framework pick the accelerator (accelerate's `Accelerator`, Lightning's `Fabric` or a
+`LightningModule`, an HF `Trainer` subclass); or both names CUDA (a `"cuda"`/`"cuda:0"`/
+`f"cuda:{rank}"`/`"nccl"` literal, any use of `torch.cuda`) and moves something to a device
+(`.to(...)`, a `device=` argument). A script with none of these runs on the CPU (or on
 MPS/XLA, whose costs differ), and the LA1xx rules stay silent there.
 """
 
@@ -22,14 +23,34 @@ _ACCELERATOR_CLASSES = (
 )
 
 
+# Questions a CPU-capable script asks too; alone they do not mean the script uses the GPU.
+_CUDA_PROBES = frozenset({
+    "torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.manual_seed",
+    "torch.cuda.manual_seed_all", "torch.cuda.is_initialized", "torch.cuda.get_device_name",
+})
+_CUDA_ONLY_WRAPPERS = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel")
+_DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+
+
 def targets_cuda(index: ModuleIndex, steps: StepModel) -> bool:
-    if index.cuda_strings or index.cuda_method_calls:
+    if index.cuda_method_calls:
         return True
-    for attribute in index.cuda_attributes:
-        qualified = index.imports.qualify(attribute) or ""
-        if qualified == "torch.cuda" or qualified.startswith("torch.cuda."):
-            return True
     for call in index.constructor_calls:
-        if (index.imports.qualify(call.func) or "") in _ACCELERATOR_CLASSES:
+        qualified = index.imports.qualify(call.func) or ""
+        if qualified in _ACCELERATOR_CLASSES or qualified in _CUDA_ONLY_WRAPPERS:
             return True
-    return steps.has_framework_classes()
+        if qualified in _DDP and any(arg.keyword and arg.keyword.value == "device_ids" for arg in call.args):
+            return True
+    if steps.has_framework_classes():
+        return True
+    cuda_uses = [index.imports.qualify(attribute) or "" for attribute in index.cuda_attributes]
+    cuda_uses += index.imports.imported_names()  # `from torch.cuda import synchronize`
+    if any(use.startswith("torch.cuda.") and use not in _CUDA_PROBES for use in cuda_uses):
+        return True  # torch.cuda.synchronize, set_device, Event, amp: CUDA-only APIs
+    # A "cuda" string or a torch.cuda call only matters if something is put on a device: the
+    # CIFAR-10 tutorial defines `device = "cuda:0" if ...` and only prints it.
+    if not index.moves_to_device:
+        return False
+    if index.cuda_strings:
+        return True
+    return any(use.startswith("torch.cuda") for use in cuda_uses)

@@ -101,7 +101,8 @@ def _syntax_error_position(text: str, error: Exception) -> tuple[int, int, str]:
 def _apply_rules(
     module: cst.Module, text: str, display_name: str, rules: Sequence[type[Rule]], options: ScanOptions
 ) -> list[Finding]:
-    site_types = tuple({node_type for rule in rules for node_type in rule.node_types})
+    # A list, not a set: the order in which questions are asked must not depend on the hash seed.
+    site_types = tuple(dict.fromkeys(node_type for rule in rules for node_type in rule.node_types))
     index = build_index(module, site_types)
     if not index.imports.imports_module("torch"):
         return []  # a file that never imports torch has no tensors

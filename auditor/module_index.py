@@ -63,6 +63,7 @@ class Scope:
     parent: Scope | None
     assignments: dict[str, list[Binding]] = field(default_factory=dict)
     params: set[str] = field(default_factory=set)
+    owner_class: ClassInfo | None = None  # for a method's scope: the class whose `self` it sees
 
     def bind(self, name: str, binding: Binding) -> None:
         self.assignments.setdefault(name, []).append(binding)
@@ -139,6 +140,7 @@ class ClassInfo:
     name: str
     bases: list[cst.BaseExpression]
     methods: dict[str, FunctionInfo] = field(default_factory=dict)
+    attributes: dict[str, list[Binding]] = field(default_factory=dict)  # `self.x = ...` in any method
 
 
 @dataclass(eq=False)
@@ -166,6 +168,7 @@ class ModuleIndex:
     cuda_attributes: list[cst.Attribute] = field(default_factory=list)  # `<something>.cuda`, resolved later
     constructor_calls: list[cst.Call] = field(default_factory=list)  # calls of capitalised names
     stored_subscripts: set[int] = field(default_factory=set)  # ids of `x[i]` written to, not read
+    moves_to_device: bool = False  # a `.to(...)` call or a `device=` argument: a device is used
 
 
 class _Indexer:
@@ -247,7 +250,7 @@ class _Indexer:
         class_info = None
         if self.frame.kind is FrameKind.CLASS:
             class_info = self.frame.class_info  # type: ignore[attr-defined]
-        scope = Scope(parent=self._scope_for_closure())
+        scope = Scope(parent=self._scope_for_closure(), owner_class=class_info or self.scope.owner_class)
         params = node.params
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
             scope.params.add(param.name.value)
@@ -282,7 +285,11 @@ class _Indexer:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             self.index.cuda_method_calls = True
-        if isinstance(func, cst.Name) and func.value[:1].isupper():
+        if (isinstance(func, cst.Attribute) and func.attr.value == "to") or any(
+            arg.keyword is not None and arg.keyword.value in ("device", "device_ids") for arg in node.args
+        ):
+            self.index.moves_to_device = True
+        if (terminal_name(func) or "")[:1].isupper():
             self.index.constructor_calls.append(node)
         training = is_training_call(node, self.index.imports)
         in_loop = self.loop is not None and self.loop.function is self.function
@@ -317,7 +324,9 @@ class _Indexer:
                 self.index.cuda_strings = True
 
     def _visit_attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == "cuda":
+        # `torch.cuda` and `torch.cuda.<api>`; which API it is decides whether it proves CUDA use.
+        inner = node.value
+        if node.attr.value == "cuda" or (isinstance(inner, cst.Attribute) and inner.attr.value == "cuda"):
             self.index.cuda_attributes.append(node)
 
     def _visit_import(self, node: cst.Import | cst.ImportFrom) -> None:
@@ -335,7 +344,17 @@ class _Indexer:
         if node.value is not None:
             self._bind_target(node.target, node.value)
 
+    def _bind_self_attribute(self, target: cst.BaseExpression, binding: Binding) -> bool:
+        """Record `self.x = value` on the class, so `self.x` can be looked up from any method."""
+        if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self"):
+            return False
+        owner = self.scope.owner_class
+        if owner is not None:
+            owner.attributes.setdefault(target.attr.value, []).append(binding)
+        return True
+
     def _visit_aug_assign(self, node: cst.AugAssign) -> None:
+        self._bind_self_attribute(node.target, Binding("augment", node.value, self.scope))
         if isinstance(node.target, cst.Subscript):
             self.index.stored_subscripts.add(id(node.target))
         if isinstance(node.target, cst.Name):
@@ -357,6 +376,8 @@ class _Indexer:
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Subscript):
             self.index.stored_subscripts.add(id(target))
+        elif self._bind_self_attribute(target, Binding("value", value, self.scope)):
+            pass
         elif isinstance(target, cst.Name):
             self.scope.bind(target.value, Binding("value", value, self.scope))
         elif isinstance(target, (cst.Tuple, cst.List)):

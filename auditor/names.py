@@ -77,5 +77,8 @@ class ImportTable:
             return None
         return f"{target}.{rest}" if rest else target
 
+    def imported_names(self) -> list[str]:
+        return list(self._aliases.values())
+
     def imports_module(self, prefix: str) -> bool:
         return any(q == prefix or q.startswith(prefix + ".") for q in self._aliases.values())

@@ -114,7 +114,8 @@ def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None) -> bool:
 
 
 def is_rare_branch(body: cst.BaseSuite) -> bool:
-    """An `if` body that leaves the loop or the program: it runs at most once, so it is not per-step."""
+    """An `if` body that leaves the loop, the function or the program (raise, break, return, exit):
+    on the per-step path it runs at most once, so it is not per-step."""
     if not isinstance(body, cst.IndentedBlock) or not body.body:
         statements = getattr(body, "body", ())
     else:
@@ -124,7 +125,7 @@ def is_rare_branch(body: cst.BaseSuite) -> bool:
     last = statements[-1]
     small = last.body if isinstance(last, cst.SimpleStatementLine) else ()
     for statement in small:
-        if isinstance(statement, (cst.Raise, cst.Break)):
+        if isinstance(statement, (cst.Raise, cst.Break, cst.Return)):
             return True
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             name = terminal_name(statement.value.func)

@@ -34,6 +34,14 @@ from .patterns import (
     unwrap_iterable,
 )
 
+# Method names too generic to resolve by name alone (torch and Python objects have them too).
+_COMMON_METHODS = frozenset({
+    "step", "forward", "update", "train", "eval", "to", "cuda", "cpu", "backward", "zero_grad", "append",
+    "extend", "add", "get", "set", "items", "keys", "values", "reset", "run", "load", "save", "close",
+    "write", "read", "log", "format", "item", "sum", "mean", "compute", "copy", "state_dict", "apply",
+    "__init__", "__call__", "parameters", "named_parameters",
+})
+
 LIGHTNING_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 HF_TRAINER_HOOKS = frozenset({"training_step", "compute_loss", "prediction_step"})
 
@@ -56,6 +64,10 @@ class StepModel:
         for function in index.functions:
             if function.class_info is None:
                 self._functions_by_name.setdefault(function.name, []).append(function)
+        self._methods_named: dict[str, list[FunctionInfo]] = {}
+        for function in index.functions:
+            if function.class_info is not None:
+                self._methods_named.setdefault(function.name, []).append(function)
         self._step_loop: dict[int, bool] = {}
         self._trains: dict[int, bool] = {}
         self._has_step_loop: dict[int, bool] = {}
@@ -65,6 +77,9 @@ class StepModel:
         for site in index.calls:
             for function in self.resolve(site):
                 function.call_sites.append(site)
+        # Settle every loop once, in source order, so that answers never depend on which rule asked first.
+        for loop in index.loops:
+            self.is_step_loop(loop)
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -95,7 +110,14 @@ class StepModel:
                 return self._methods(cls, (method,)) if cls else []
             if isinstance(receiver, cst.Name):
                 cls = self._class_of_instance(receiver.value, site)
-                return self._methods(cls, (method,)) if cls else []
+                if cls is not None:
+                    return self._methods(cls, (method,))
+            # `self.agent.play_step(...)`, `callback.on_train_batch_end(...)`: an object we cannot
+            # type, but only one class of this module has a method of that name.
+            if method not in _COMMON_METHODS:
+                owners = self._methods_named.get(method, [])
+                if len(owners) == 1:
+                    return owners
         return []
 
     def _class_of_instance(self, name: str, site: CallSite) -> ClassInfo | None:
@@ -144,11 +166,22 @@ class StepModel:
             return True
         if self.has_inner_step_loop(loop):
             return False  # an epoch loop (or an outer loop over splits, models, ...)
-        if self.iterates_loader(loop):
+        if self.iterates_loader(loop) or self.fetches_batch(loop):
             return True
         # A loop that only *looks* like it counts steps (`while num_iters < n`, `for b in
         # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
         return self.counts_steps(loop) and self.does_step_work(loop.all_calls)
+
+    def fetches_batch(self, loop: LoopInfo) -> bool:
+        """`for i in range(0, n, bptt): data, targets = get_batch(source, i)`: one batch per iteration."""
+        for site in loop.direct_calls:
+            name = terminal_name(site.call.func) or ""
+            if name == "next":
+                if site.call.args and self.is_loader(site.call.args[0].value, site.scope):
+                    return True
+            elif BATCH_FETCH.match(name):
+                return True
+        return False
 
     def does_step_work(self, calls: list[CallSite], seen: frozenset = frozenset()) -> bool:
         for site in calls:

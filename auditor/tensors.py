@@ -31,6 +31,7 @@ _TORCH_NON_TENSOR_PREFIXES = (
     "torch.distributed.",
     "torch.backends.",
     "torch.utils.data.",
+    "torch.utils.tensorboard.",
     "torch.optim.",
     "torch.jit.",
     "torch.amp.",
@@ -69,9 +70,12 @@ _TENSOR_METHODS = frozenset({
 })
 # Names that, with nothing else to go on, hold tensors in training code.
 _TENSOR_NAMES = re.compile(
-    r"(?i)^(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
+    r"(?i)^(?!(use|ignore|compute|is|do|has|with|should|log|print|calc|get|best|min|max)_)"
+    r"(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
     r"y_?hat|probs|probabilities|grad_?norm|total_?norm)$"
 )
+# Attribute names that hold tensors on model outputs: `outputs.loss`, `out.logits`.
+_TENSOR_ATTRIBUTES = frozenset({"loss", "logits", "last_hidden_state", "hidden_states", "pred_boxes"})
 _PY_NON_TENSOR_CALLS = frozenset({
     "float", "int", "bool", "len", "str", "repr", "round", "abs", "range", "list", "dict", "tuple",
     "set", "sorted", "isinstance", "hasattr", "getattr", "type", "print", "format", "open", "id",
@@ -147,8 +151,15 @@ class TensorInference:
         return Kind.UNKNOWN
 
     def _loop_element_kind(self, iterable: cst.BaseExpression, scope: Scope, position: int) -> Kind:
-        if isinstance(iterable, cst.Call) and terminal_name(iterable.func) == "enumerate" and position == 0:
-            return Kind.NOT_TENSOR  # the index
+        wrapper = terminal_name(iterable.func) if isinstance(iterable, cst.Call) else None
+        if wrapper in ("zip", "enumerate"):
+            args = _call_arguments(iterable)
+            if wrapper == "enumerate":
+                if position == 0:
+                    return Kind.NOT_TENSOR  # the index
+                return self._loop_element_kind(args[0], scope, 0) if args else Kind.UNKNOWN
+            # zip(loader, range(a, b)): element i comes from the i-th iterable.
+            return self._loop_element_kind(args[position], scope, 0) if position < len(args) else Kind.UNKNOWN
         if isinstance(iterable, cst.Call) and terminal_name(iterable.func) in {"range", "trange"}:
             return Kind.NOT_TENSOR
         if self.steps.is_loader(iterable, scope) or any(
@@ -167,9 +178,29 @@ class TensorInference:
             return Kind.NOT_TENSOR  # `math.pi`, `torch.float16`, `np.inf`
         if attr in {"data", "T", "mT", "grad", "real", "imag"}:
             return self.kind(expr.value, scope, depth)
-        if _TENSOR_NAMES.match(attr):
-            return Kind.TENSOR  # `outputs.loss`, `out.logits`
+        if isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            return self._self_attribute_kind(attr, scope, depth)
+        if attr in _TENSOR_ATTRIBUTES:
+            return Kind.TENSOR
         return Kind.UNKNOWN
+
+    def _self_attribute_kind(self, attr: str, scope: Scope, depth: int) -> Kind:
+        """`self.tokens` is a tensor when the class assigns it one (`self.tokens += (y >= 0).sum()`)."""
+        owner = scope.owner_class
+        bindings = owner.attributes.get(attr) if owner is not None else None
+        if not bindings:
+            return Kind.UNKNOWN
+        key = (id(owner), "self." + attr)
+        if key in self._busy:
+            return Kind.UNKNOWN
+        self._busy.add(key)
+        try:
+            kinds = [self._binding_kind(binding, depth) for binding in bindings]
+        finally:
+            self._busy.discard(key)
+        if Kind.TENSOR in kinds:
+            return Kind.TENSOR
+        return Kind.NOT_TENSOR if all(k is Kind.NOT_TENSOR for k in kinds) else Kind.UNKNOWN
 
     def _kind_Subscript(self, expr: cst.Subscript, scope: Scope, depth: int) -> Kind:
         inner = self.kind(expr.value, scope, depth)
@@ -258,6 +289,9 @@ def _kind_of_library_call(qualified: str) -> Kind:
         return Kind.UNKNOWN
     if qualified.startswith(_TORCH_NON_TENSOR_PREFIXES) or _TORCH_NON_TENSOR_FUNCTIONS.match(qualified):
         return Kind.NOT_TENSOR
+    last = qualified.rsplit(".", 1)[-1]
+    if last[:1].isupper() and not last.endswith("Tensor"):
+        return Kind.NOT_TENSOR  # constructing an object: SummaryWriter, GradScaler, Linear
     return Kind.TENSOR
 
 

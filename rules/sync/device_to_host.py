@@ -5,11 +5,18 @@ import libcst as cst
 from loopaudit.rule import Report, Rule
 
 
-def _is_cpu_device(expr: cst.BaseExpression, ctx) -> bool:
+def _is_cpu_device(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
+    """"cpu", torch.device("cpu"), or a name bound only to one of those (`cpu_device`)."""
     if isinstance(expr, cst.SimpleString):
         return expr.evaluated_value == "cpu"
     if isinstance(expr, cst.Call) and ctx.qualified_name(expr.func) == "torch.device" and expr.args:
-        return _is_cpu_device(expr.args[0].value, ctx)
+        return _is_cpu_device(expr.args[0].value, ctx, depth)
+    if isinstance(expr, cst.Name) and depth < 2:
+        found = ctx.scope.lookup(expr.value)
+        bindings = found[0] if found else []
+        return bool(bindings) and all(
+            b.kind == "value" and _is_cpu_device(b.value, ctx, depth + 1) for b in bindings
+        )
     return False
 
 

@@ -13,6 +13,15 @@ _FORMATTING_BUILTINS = frozenset({"print", "str", "repr", "format"})
 _STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 
 
+def _is_string_expression(expr: cst.BaseExpression) -> bool:
+    """A string literal, or one built from literals: `'%10s' * 2 + '%10.4g' * 6`."""
+    if isinstance(expr, _STRINGS):
+        return True
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Multiply)):
+        return _is_string_expression(expr.left) or _is_string_expression(expr.right)
+    return False
+
+
 def _positional(call: cst.Call) -> list[cst.BaseExpression]:
     return [arg.value for arg in call.args if arg.keyword is None and not arg.star]
 
@@ -102,7 +111,7 @@ class FormatTensorInStep(Rule):
             if ctx.is_tensor(node.expression):
                 yield Report(node.expression)
         elif isinstance(node, cst.BinaryOperation):
-            if isinstance(node.operator, cst.Modulo) and isinstance(node.left, _STRINGS):
+            if isinstance(node.operator, cst.Modulo) and _is_string_expression(node.left):
                 if isinstance(node.right, cst.Tuple):
                     values = [element.value for element in node.right.elements]
                 else:
