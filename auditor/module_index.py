@@ -8,6 +8,8 @@ The walk never decides anything itself. It records:
 - every node of the types the rules asked for, with the frame it sits in.
 The per-step model (stepmodel.py), tensor inference (tensors.py) and the rules read these records
 afterwards, so each file is parsed once and walked once, however many rules there are.
+
+The records hold syntax nodes, so their dataclasses have no generated repr (it would print subtrees).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ class FrameKind(enum.Enum):
     LOOP = "loop"  # the body (and, for `while`, the test) of a loop: runs once per iteration
     PERIODIC = "periodic"  # the body of `if step % N == 0:` and its kin
     RARE = "rare"  # exception handlers, `if bad: raise`, a loop's `else`: not the common path
+    DEFERRED = "deferred"  # a lambda's body: it runs when something calls it, usually later
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Frame:
     kind: FrameKind
     parent: Frame | None
@@ -56,13 +59,14 @@ class Frame:
         return None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Scope:
     """Assignments of one function body (or the module body), for dataflow questions."""
 
     parent: Scope | None
     assignments: dict[str, list[Binding]] = field(default_factory=dict)
     params: set[str] = field(default_factory=set)
+    function: cst.FunctionDef | None = None
     owner_class: ClassInfo | None = None  # for a method's scope: the class whose `self` it sees
 
     def bind(self, name: str, binding: Binding) -> None:
@@ -79,7 +83,7 @@ class Scope:
         return None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Binding:
     """One way a name got its value.
 
@@ -94,14 +98,14 @@ class Binding:
     position: int = 0  # which element, for kind "element" of a tuple target
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class CallSite:
     call: cst.Call
     frame: Frame
     scope: Scope
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class LoopInfo:
     node: cst.For | cst.While
     frame: Frame  # the frame of the loop's body
@@ -116,7 +120,7 @@ class LoopInfo:
     all_calls: list[CallSite] = field(default_factory=list)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class FunctionInfo:
     node: cst.FunctionDef
     name: str
@@ -134,7 +138,7 @@ class FunctionInfo:
         return f"{self.class_info.name}.{self.name}" if self.class_info else self.name
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ClassInfo:
     node: cst.ClassDef
     name: str
@@ -143,7 +147,7 @@ class ClassInfo:
     attributes: dict[str, list[Binding]] = field(default_factory=dict)  # `self.x = ...` in any method
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Site:
     """A node a rule asked to see, with where it sits."""
 
@@ -152,7 +156,7 @@ class Site:
     scope: Scope
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ModuleIndex:
     module: cst.Module
     imports: ImportTable
@@ -182,6 +186,7 @@ class _Indexer:
         # Each entry remembers what on_visit_attribute changed, so on_leave_attribute can undo it.
         self._undo: list[tuple | None] = []
         self._loops_by_node: dict[int, LoopInfo] = {}
+        self._immediate_lambdas: set[int] = set()
 
     # --- structure -----------------------------------------------------------------------------
 
@@ -218,12 +223,19 @@ class _Indexer:
             info = self._function_for(node)
             self._push(info.frame, loop=None, function=info, scope=info.scope)
             return
+        elif isinstance(node, cst.Lambda) and attribute == "body" and not self._called_at_once(node):
+            self._push(Frame(FrameKind.DEFERRED, self.frame, node))
+            return
         elif isinstance(node, cst.ClassDef) and attribute == "body":
             frame = Frame(FrameKind.CLASS, self.frame, node)
             frame.class_info = self.index.classes[node.name.value]  # type: ignore[attr-defined]
             self._push(frame)
             return
         self._undo.append(None)
+
+    def _called_at_once(self, node: cst.Lambda) -> bool:
+        """`sorted(xs, key=lambda t: t.item())` runs the lambda right away; `hook = lambda: ...` does not."""
+        return id(node) in self._immediate_lambdas
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         saved = self._undo.pop()
@@ -250,7 +262,7 @@ class _Indexer:
         class_info = None
         if self.frame.kind is FrameKind.CLASS:
             class_info = self.frame.class_info  # type: ignore[attr-defined]
-        scope = Scope(parent=self._scope_for_closure(), owner_class=class_info or self.scope.owner_class)
+        scope = Scope(parent=self._scope_for_closure(), function=node, owner_class=class_info or self.scope.owner_class)
         params = node.params
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
             scope.params.add(param.name.value)
@@ -280,6 +292,8 @@ class _Indexer:
             visit(self, node)
 
     def _visit_call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value in _CALLS_LAMBDA_AT_ONCE:
+            self._immediate_lambdas.update(id(arg.value) for arg in node.args if isinstance(arg.value, cst.Lambda))
         site = CallSite(node, self.frame, self.scope)
         self.index.calls.append(site)
         func = node.func
@@ -440,8 +454,12 @@ def build_index(module: cst.Module, site_types: tuple[type, ...]) -> ModuleIndex
     return index
 
 
+_CALLS_LAMBDA_AT_ONCE = frozenset({"map", "filter", "sorted", "min", "max", "any", "all", "list", "sum"})
+
 # Nodes whose fields open a new frame (a loop body, an `if` body, a handler, a function body).
-_STRUCTURAL = frozenset({cst.For, cst.While, cst.If, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef})
+_STRUCTURAL = frozenset({
+    cst.For, cst.While, cst.If, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef, cst.Lambda,
+})
 
 
 __all__ = [

@@ -316,6 +316,19 @@ class StepModel:
                     return found
         return None
 
+    def is_torch_module(self, cls: ClassInfo, seen: frozenset = frozenset()) -> bool:
+        """Does the class derive from `torch.nn.Module` (directly or through this module's classes)?"""
+        if id(cls) in seen:
+            return False
+        for base in cls.bases:
+            qualified = self.index.imports.qualify(base) or ""
+            if qualified in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+                return True
+            parent = self.index.classes.get(terminal_name(base) or "")
+            if parent is not None and self.is_torch_module(parent, seen | {id(cls)}):
+                return True
+        return False
+
     def has_framework_classes(self) -> bool:
         return any(self.framework_of(cls) for cls in self.index.classes.values())
 
@@ -333,7 +346,7 @@ class StepModel:
 
     def _reason(self, frame: Frame) -> StepReason | None:
         kind = frame.kind
-        if kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.CLASS, FrameKind.MODULE):
+        if kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.DEFERRED, FrameKind.CLASS, FrameKind.MODULE):
             return None
         if kind is FrameKind.LOOP and self.is_step_loop(frame.loop):  # type: ignore[arg-type]
             return StepReason("loop", frame.node)  # type: ignore[arg-type]

@@ -74,6 +74,7 @@ _TENSOR_NAMES = re.compile(
     r"(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
     r"y_?hat|probs|probabilities|grad_?norm|total_?norm)$"
 )
+_FLAG_NAME = re.compile(r"(?i)^(is|use|return|do|with|has|should|need|apply|enable)_|^(train|training|mode|inference|debug|verbose)$")
 # Attribute names that hold tensors on model outputs: `outputs.loss`, `out.logits`.
 _TENSOR_ATTRIBUTES = frozenset({"loss", "logits", "last_hidden_state", "hidden_states", "pred_boxes"})
 _PY_NON_TENSOR_CALLS = frozenset({
@@ -119,6 +120,8 @@ class TensorInference:
         if name in {"True", "False", "None"}:
             return Kind.NOT_TENSOR
         found = scope.lookup(name)
+        if found is not None and not found[0] and self._is_forward_input(name, found[1]):
+            return Kind.TENSOR
         if found is None or not found[0]:
             if self.index.imports.qualify(expr) is not None:
                 return Kind.NOT_TENSOR  # an imported module or function, not a value we compute
@@ -132,11 +135,33 @@ class TensorInference:
             kinds = [self._binding_kind(binding, depth) for binding in bindings]
         finally:
             self._busy.discard(key)
+        if name in owner.params:  # a parameter that is also reassigned: `x = x * 2` in forward
+            kinds.append(Kind.TENSOR if self._is_forward_input(name, owner) else Kind.UNKNOWN)
         if Kind.TENSOR in kinds:
             return Kind.TENSOR
         if kinds and all(k is Kind.NOT_TENSOR for k in kinds):
             return Kind.NOT_TENSOR
         return Kind.TENSOR if _TENSOR_NAMES.match(name) and Kind.NOT_TENSOR not in kinds else Kind.UNKNOWN
+
+    def _is_forward_input(self, name: str, scope: Scope) -> bool:
+        """A required parameter of an nn.Module's `forward` (`def forward(self, x)`) is a tensor.
+
+        Parameters with defaults (`mask=None`), annotated with something other than a Tensor, or
+        named like flags (`return_attn`, `is_training`) are left unknown.
+        """
+        function, owner = scope.function, scope.owner_class
+        if function is None or owner is None or function.name.value != "forward" or name == "self":
+            return False
+        if not self.steps.is_torch_module(owner):
+            return False
+        for param in (*function.params.posonly_params, *function.params.params):
+            if param.name.value != name:
+                continue
+            if param.default is not None or _FLAG_NAME.match(name):
+                return False
+            annotation = param.annotation
+            return annotation is None or "Tensor" in self.index.module.code_for_node(annotation.annotation)
+        return False
 
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope

@@ -1,0 +1,46 @@
+"""Shared helpers: the installed `loopaudit` command as a subprocess, and the library in-process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopaudit.engine import ScanOptions, analyze_text
+from loopaudit.registry import all_rules, select_rules
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+
+
+def loopaudit_command() -> list[str]:
+    """The console script pip installed; the tests exercise the real entry point, not a shortcut."""
+    exe = shutil.which("loopaudit", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if exe is None:
+        pytest.fail("the `loopaudit` command is not installed: run `pip install -e '.[test]'` first")
+    return [exe]
+
+
+def run_cli(*args: str, cwd: Path | str | None = None, stdin: bytes | None = None, env: dict | None = None):
+    result = subprocess.run(
+        [*loopaudit_command(), *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+    result.out = result.stdout.decode("utf-8", "replace")
+    result.err = result.stderr.decode("utf-8", "replace")
+    assert "Traceback" not in result.err, result.err
+    return result
+
+
+def findings_of(source: str, select: str | None = None) -> list[tuple[int, str]]:
+    """(line, code) of every finding in `source`, optionally only codes starting with `select`."""
+    rules = select_rules([select], None) if select else all_rules()
+    return [(f.location.row, f.code) for f in analyze_text(source, "example.py", ScanOptions(rules=rules))]

@@ -1,0 +1,65 @@
+"""Every rule's own VALID and INVALID examples, run as tests (as Fixit does with its rules).
+
+An INVALID example marks each line that must be reported with `# expect: CODE`; a VALID example must
+produce no finding of its rule. Adding a rule file adds its examples here with no further wiring.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from loopaudit.registry import all_rules
+from loopaudit.rule import FileRule
+
+from .conftest import findings_of
+
+SOURCE_RULES = [rule for rule in all_rules() if not issubclass(rule, FileRule)]
+EXPECT = re.compile(r"#\s*expect:\s*(LA\d+(?:\s*,\s*LA\d+)*)")
+
+
+def expected_findings(example: str, code: str) -> list[tuple[int, str]]:
+    expected = []
+    for row, line in enumerate(example.splitlines(), 1):
+        match = EXPECT.search(line)
+        if match:
+            expected.extend((row, c.strip()) for c in match.group(1).split(",") if c.strip() == code)
+    return expected
+
+
+def cases(kind: str):
+    for rule in SOURCE_RULES:
+        for number, example in enumerate(getattr(rule, kind)):
+            yield pytest.param(rule, example, id=f"{rule.code}-{kind}-{number}")
+
+
+@pytest.mark.parametrize("rule, example", cases("valid"))
+def test_valid_example_has_no_finding(rule, example):
+    assert [f for f in findings_of(example) if f[1] == rule.code] == []
+
+
+@pytest.mark.parametrize("rule, example", cases("invalid"))
+def test_invalid_example_reports_exactly_the_marked_lines(rule, example):
+    expected = expected_findings(example, rule.code)
+    assert expected, "an INVALID example must mark at least one line with `# expect: CODE`"
+    assert [f for f in findings_of(example) if f[1] == rule.code] == expected
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.code)
+def test_rule_is_documented(rule):
+    assert re.fullmatch(r"LA\d{3}", rule.code)
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.name)
+    for field in ("summary", "message", "suggestion", "what_it_flags", "why_it_costs", "example", "use_instead", "fix_safety"):
+        assert getattr(rule, field).strip(), f"{rule.code} has no {field}"
+
+
+@pytest.mark.parametrize("rule", SOURCE_RULES, ids=lambda rule: rule.code)
+def test_source_rule_has_valid_and_invalid_examples(rule):
+    assert rule.valid and rule.invalid
+
+
+def test_rule_codes_and_names_are_unique():
+    rules = all_rules()
+    assert len({r.code for r in rules}) == len(rules)
+    assert len({r.name for r in rules}) == len(rules)

@@ -1,0 +1,308 @@
+"""The per-step model, case by case.
+
+Each case is a small script with `.item()` (LA101) as a probe: lines marked `# per-step` must be
+reported, every other `.item()` must not. The cases follow docs/per-step-model.md.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from .conftest import findings_of
+
+CASES = {
+    "epoch loop around a step loop is not per-step": """
+        import torch
+        device = torch.device("cuda")
+        for epoch in range(epochs):
+            total = torch.zeros((), device=device)
+            for x, y in train_loader:
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+                seen = loss.item()  # per-step
+            print(epoch, total.item())
+        """,
+    "training through helper functions, transitively": """
+        import torch
+        model = model.cuda()
+        def compute(batch):
+            out = model(batch.cuda())
+            return out.sum()
+        def train_step(batch):
+            loss = compute(batch)
+            loss.backward()
+            optimizer.step()
+            return loss.item()  # per-step
+        def train_epoch(loader):
+            for batch in loader:
+                value = train_step(batch)
+        for epoch in range(3):
+            train_epoch(train_loader)
+            done = torch.ones(1).item()
+        """,
+    "nanoGPT: while True with micro-steps, periodic eval and logging": """
+        import torch
+        device = "cuda"
+        model.to(device)
+        @torch.no_grad()
+        def estimate_loss():
+            out = {}
+            for split in ["train", "val"]:
+                losses = torch.zeros(eval_iters)
+                for k in range(eval_iters):
+                    X, Y = get_batch(split)
+                    logits, loss = model(X, Y)
+                    losses[k] = loss.item()  # per-step
+                out[split] = losses.mean()
+            return out
+        while True:
+            if iter_num % eval_interval == 0 and master_process:
+                losses = estimate_loss()
+                best = losses["val"].item()
+            for micro_step in range(gradient_accumulation_steps):
+                logits, loss = model(X, Y)
+                X, Y = get_batch("train")
+                scaler.scale(loss).backward()
+                seen = loss.item()  # per-step
+            scaler.step(optimizer)
+            scaler.update()
+            last = loss.item()  # per-step
+            if iter_num % log_interval == 0 and master_process:
+                lossf = loss.item() * gradient_accumulation_steps
+            iter_num += 1
+            if iter_num > max_iters:
+                break
+        """,
+    "periodic guards of every shape": """
+        import time
+        import torch
+        model.cuda()
+        for step, (x, y) in enumerate(loader):
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+            if step % 100 == 0:
+                a = loss.item()
+            if (step + 1) % args.log_every == 0:
+                b = loss.item()
+            if not step % 10:
+                c = loss.item()
+            if step == len(loader) - 1:
+                d = loss.item()
+            if should_log:
+                e = loss.item()
+            if time.time() - t0 > 60:
+                f = loss.item()
+            if step % 100 == 0:
+                pass
+            else:
+                g = loss.item()  # per-step
+        """,
+    "counted step loops": """
+        import torch
+        model.to("cuda")
+        for step in range(max_steps):
+            loss = model(get_batch()).sum()
+            a = loss.item()  # per-step
+        iter_num = 0
+        while iter_num < max_iters:
+            loss = model(get_batch()).sum()
+            b = loss.item()  # per-step
+            iter_num += 1
+        """,
+    "loaders through enumerate, tqdm, zip and subscripts": """
+        import torch
+        from tqdm import tqdm
+        model.cuda()
+        for i, batch in enumerate(tqdm(train_loader)):
+            a = model(batch.cuda()).sum().item()  # per-step
+        for (xa, ya), (xb, yb) in zip(loader_a, loader_b):
+            b = model(xa.cuda()).sum().item()  # per-step
+        for inputs, labels in dataloaders[phase]:
+            c = model(inputs.cuda()).sum().item()  # per-step
+        """,
+    "a name bound to a DataLoader is a loader": """
+        import torch
+        from torch.utils import data as tud
+        model.cuda()
+        batches = tud.DataLoader(dataset, batch_size=32)
+        for b in batches:
+            a = model(b.cuda()).sum().item()  # per-step
+        """,
+    "loops that only look like step loops": """
+        import torch
+        model.cuda()
+        for step in range(num_steps):
+            schedule.append(step * 2)
+            value = torch.tensor(step).item()
+        for i in range(len(classes)):
+            count = counts[i].item()
+        while True:
+            line = next(lines)
+            if not line:
+                break
+        """,
+    "exception handlers and leaving branches are not per-step": """
+        import sys
+        import torch
+        model.cuda()
+        for x, y in loader:
+            loss = model(x.cuda()).sum()
+            try:
+                loss.backward()
+            except RuntimeError:
+                print(loss.item())
+            if not torch.isfinite(loss):
+                print(loss.item())
+                sys.exit(1)
+            if bad:
+                report = loss.item()
+                raise ValueError(report)
+            if done:
+                last = loss.item()
+                return last
+            optimizer.step()
+        else:
+            final = loss.item()
+        """,
+    "a function defined in the loop runs only when called": """
+        import torch
+        model.cuda()
+        for x, y in loader:
+            loss = model(x.cuda()).sum()
+            def report():
+                return loss.item()
+            hook = lambda: loss.item()
+            loss.backward()
+            optimizer.step()
+        """,
+    "Lightning step hooks and methods they call": """
+        import torch
+        import pytorch_lightning as pl
+        class Base(pl.LightningModule):
+            pass
+        class Model(Base):
+            def training_step(self, batch, batch_idx):
+                loss = self.shared(batch)
+                self.log("loss", loss.item())  # per-step
+                return loss
+            def shared(self, batch):
+                x, y = batch
+                out = self(x)
+                acc = (out.argmax(1) == y).float().mean().item()  # per-step
+                return out.sum()
+            def on_train_epoch_end(self):
+                epoch_loss = self.epoch_total.item()
+        """,
+    "HF Trainer subclasses": """
+        import torch
+        from transformers import Trainer
+        class WeightedTrainer(Trainer):
+            def compute_loss(self, model, inputs, return_outputs=False):
+                outputs = model(**inputs)
+                loss = outputs.loss
+                self.seen = loss.item()  # per-step
+                return loss
+            def helper_never_called(self):
+                return self.total.item()
+        """,
+    "a CPU-only script costs nothing": """
+        import torch
+        for x, y in train_loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        """,
+    "a cuda device named but never used is CPU-only": """
+        import torch
+        for x, y in train_loader:
+            loss = net(x).sum()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        print(device)
+        """,
+    "NumPy values and dict.items are not tensors": """
+        import numpy as np
+        import torch
+        model.cuda()
+        for x, y in loader:
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+            m = np.float32(3.0).item()
+            arr = np.asarray(times)
+            v = arr.mean().item()
+            for k, val in metrics.items():
+                pass
+            n = x.size(0)
+        """,
+    "a file that never imports torch": """
+        for x, y in loader:
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        """,
+    "evaluation loops are per-step": """
+        import torch
+        device = torch.device("cuda")
+        def evaluate(model, loader):
+            model.eval()
+            correct = 0
+            with torch.no_grad():
+                for images, labels in loader:
+                    out = model(images.to(device))
+                    correct += (out.argmax(1) == labels.to(device)).sum().item()  # per-step
+            return correct
+        for epoch in range(10):
+            train(model)
+            if epoch % 5 == 0:
+                acc = evaluate(model, val_loader)
+        """,
+    "an accelerator-provided device": """
+        import torch
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        for step, batch in enumerate(train_dataloader):
+            outputs = model(**batch)
+            loss = outputs.loss
+            accelerator.backward(loss)
+            optimizer.step()
+            total += loss.item()  # per-step
+        """,
+}
+
+
+def expected(source: str) -> list[int]:
+    return [row for row, line in enumerate(source.splitlines(), 1) if line.rstrip().endswith("# per-step")]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_per_step_model(name):
+    source = textwrap.dedent(CASES[name]).lstrip("\n")
+    reported = [row for row, code in findings_of(source, "LA101")]
+    assert reported == expected(source)
+
+
+def test_a_module_class_forward_called_per_step():
+    source = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        class Net(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    x = x * 2
+                return x
+        model = Net().cuda()
+        for x, y in loader:
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+    """).lstrip("\n")
+    assert findings_of(source, "LA103") == [(5, "LA103")]
