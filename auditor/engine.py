@@ -6,7 +6,9 @@ so they are computed only for files that have something to report, after the rul
 
 from __future__ import annotations
 
+import contextlib
 import io
+import sys
 import tokenize
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -78,7 +80,11 @@ def analyze_text(text: str, display_name: str, options: ScanOptions, *, explicit
         return _file_problem(SYNTAX_ERROR, display_name, options, message, row, column, text)
     if not source_rules or "torch" not in text:
         return []
-    return _apply_rules(module, text, display_name, source_rules, options)
+    try:
+        return _apply_rules(module, text, display_name, source_rules, options)
+    except RecursionError:
+        message = "the file nests too deeply to analyse (an expression or block thousands of levels deep)"
+        return _file_problem(SYNTAX_ERROR, display_name, options, message)
 
 
 def _syntax_error_position(text: str, error: Exception) -> tuple[int, int, str]:
@@ -233,14 +239,37 @@ def analyze_many(items: Iterable[tuple[str, str, bool]], options: ScanOptions, j
 
 def _analyze_item(item: tuple[str, str, bool], options: ScanOptions) -> ScanResult:
     path, name, explicit = item
-    try:
-        return ScanResult(analyze_path(path, name, options, explicit=explicit))
-    except Exception as error:  # a bug in loopaudit must not hide the other files' findings
-        return ScanResult(problems=[f"{name}: {type(error).__name__}: {error}"])
+    with _deep_recursion():
+        try:
+            return ScanResult(analyze_path(path, name, options, explicit=explicit))
+        except Exception as error:  # a bug in loopaudit must not hide the other files' findings
+            return ScanResult(problems=[_describe_error(name, error)])
 
 
 def analyze_stdin(data: bytes, name: str, options: ScanOptions) -> ScanResult:
+    with _deep_recursion():
+        try:
+            return ScanResult(analyze_bytes(data, name, options, explicit=True))
+        except Exception as error:
+            return ScanResult(problems=[_describe_error(name, error)])
+
+
+def _describe_error(name: str, error: Exception) -> str:
     try:
-        return ScanResult(analyze_bytes(data, name, options, explicit=True))
-    except Exception as error:
-        return ScanResult(problems=[f"{name}: {type(error).__name__}: {error}"])
+        detail = str(error)[:200]
+    except Exception:  # str() of an error about a deep syntax tree can itself overflow
+        detail = ""
+    return f"{name}: {type(error).__name__}: {detail}"
+
+
+@contextlib.contextmanager
+def _deep_recursion(limit: int = 20_000):
+    """libcst's code generation (behind position metadata) recurses once per nesting level, and
+    generated or machine-written files nest deeper than Python's default limit of 1,000. Python
+    functions do not use the C stack on 3.11+, so a higher limit is safe for them."""
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)

@@ -1,9 +1,13 @@
-"""Is this expression a tensor? A three-valued, intentionally modest answer.
+"""Is this expression a tensor, and could it be on the GPU? An intentionally modest answer.
 
-TENSOR: we can show it (a torch call, a forward pass, a batch from a loader, arithmetic on one).
-NOT_TENSOR: we can show it is not (a Python number, `.item()`, a NumPy call, a string, a shape).
-UNKNOWN: anything else. Rules that need a tensor to be sure (truth value, printing) fire only on
-TENSOR; rules whose trigger is already tensor-specific (`.item()`, `.cpu()`) fire unless NOT_TENSOR.
+TENSOR: a tensor that is (or may be) on the device: a forward pass, a loss, anything moved with
+  `.to(device)`/`.cuda()`, a batch inside a framework step hook, arithmetic involving one.
+HOST_TENSOR: a tensor shown to live in host memory: a batch straight from a DataLoader (before
+  it is moved), `.cpu()`, `torch.zeros(n)` without `device=`. Reading it is no device sync.
+NOT_TENSOR: shown not to be a tensor: a Python number, `.item()`, a NumPy call, a string, a shape.
+UNKNOWN: anything else.
+Rules that need a tensor to be sure (truth value, printing) fire only on TENSOR; rules whose trigger
+is already tensor-specific (`.item()`, `.cpu()`) fire on TENSOR and UNKNOWN.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from .stepmodel import StepModel
 
 class Kind(enum.Enum):
     TENSOR = "tensor"
+    HOST_TENSOR = "host-tensor"
     NOT_TENSOR = "not-tensor"
     UNKNOWN = "unknown"
 
@@ -68,19 +73,34 @@ _TENSOR_METHODS = frozenset({
     "cumsum", "squeeze_", "unsqueeze_", "add_", "mul_", "div_", "sub_", "zero_", "fill_", "where",
     "masked_select", "unique", "square", "rsqrt", "reciprocal", "sign", "diag", "trace",
 })
+# Of those, the ones that move the tensor: `.cpu()` brings it to the host, the others to the device.
+_TO_HOST = frozenset({"cpu"})
+_TO_DEVICE = frozenset({"cuda", "to"})
 # Names that, with nothing else to go on, hold tensors in training code.
 _TENSOR_NAMES = re.compile(
     r"(?i)^(?!(use|ignore|compute|is|do|has|with|should|log|print|calc|get|best|min|max)_)"
     r"(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
     r"y_?hat|probs|probabilities|grad_?norm|total_?norm)$"
 )
-_FLAG_NAME = re.compile(r"(?i)^(is|use|return|do|with|has|should|need|apply|enable)_|^(train|training|mode|inference|debug|verbose)$")
+_FLAG_NAME = re.compile(
+    r"(?i)^(is|use|return|do|with|has|should|need|apply|enable)_|_(type|mode|name|kind|flag)$|"
+    r"^(train|training|mode|inference|debug|verbose|kind|name|reduction|dim|axis)$"
+)
 # Attribute names that hold tensors on model outputs: `outputs.loss`, `out.logits`.
 _TENSOR_ATTRIBUTES = frozenset({"loss", "logits", "last_hidden_state", "hidden_states", "pred_boxes"})
 _PY_NON_TENSOR_CALLS = frozenset({
     "float", "int", "bool", "len", "str", "repr", "round", "abs", "range", "list", "dict", "tuple",
     "set", "sorted", "isinstance", "hasattr", "getattr", "type", "print", "format", "open", "id",
 })
+# torch functions that create a tensor: on the host unless given `device=`.
+_TORCH_CREATION = frozenset({
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",
+    "randn", "randint", "randperm", "eye", "from_numpy", "frombuffer", "asarray",
+})
+# Methods that read a value out of a collection of tensors (a batch dict): `inputs.pop("labels")`.
+_CONTAINER_METHODS = frozenset({"pop", "get"})
+# Parameters of framework step hooks that hold the batch, already moved to the device by the framework.
+_HOOK_BATCH_PARAMS = frozenset({"batch", "inputs", "input", "data", "sample", "samples"})
 _NON_TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout"})
 
 
@@ -99,10 +119,12 @@ class TensorInference:
         return method(expr, scope, depth + 1)
 
     def is_tensor(self, expr: cst.BaseExpression, scope: Scope) -> bool:
+        """Shown to be a tensor that may live on the device."""
         return self.kind(expr, scope) is Kind.TENSOR
 
     def maybe_tensor(self, expr: cst.BaseExpression, scope: Scope) -> bool:
-        return self.kind(expr, scope) is not Kind.NOT_TENSOR
+        """Not shown to be anything else than a device tensor."""
+        return self.kind(expr, scope) in (Kind.TENSOR, Kind.UNKNOWN)
 
     # --- literals ------------------------------------------------------------------------------
 
@@ -111,7 +133,8 @@ class TensorInference:
 
     _kind_Integer = _kind_Float = _kind_Imaginary = _kind_SimpleString = _literal
     _kind_ConcatenatedString = _kind_FormattedString = _kind_Dict = _kind_DictComp = _literal
-    _kind_Lambda = _literal
+    _kind_Lambda = _kind_Tuple = _kind_List = _kind_ListComp = _kind_Set = _kind_SetComp = _literal
+    _kind_GeneratorExp = _literal
 
     # --- names ---------------------------------------------------------------------------------
 
@@ -120,9 +143,7 @@ class TensorInference:
         if name in {"True", "False", "None"}:
             return Kind.NOT_TENSOR
         found = scope.lookup(name)
-        if found is not None and not found[0] and self._is_forward_input(name, found[1]):
-            return Kind.TENSOR
-        if found is None or not found[0]:
+        if found is None:
             if self.index.imports.qualify(expr) is not None:
                 return Kind.NOT_TENSOR  # an imported module or function, not a value we compute
             return Kind.TENSOR if _TENSOR_NAMES.match(name) else Kind.UNKNOWN
@@ -135,33 +156,34 @@ class TensorInference:
             kinds = [self._binding_kind(binding, depth) for binding in bindings]
         finally:
             self._busy.discard(key)
-        if name in owner.params:  # a parameter that is also reassigned: `x = x * 2` in forward
-            kinds.append(Kind.TENSOR if self._is_forward_input(name, owner) else Kind.UNKNOWN)
-        if Kind.TENSOR in kinds:
+        if name in owner.params:  # a parameter, possibly also reassigned: `x = x * 2` in forward
+            kinds.append(self._parameter_kind(name, owner))
+        merged = _merge(kinds)
+        if merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name) and not {Kind.NOT_TENSOR, Kind.HOST_TENSOR} & set(kinds):
             return Kind.TENSOR
-        if kinds and all(k is Kind.NOT_TENSOR for k in kinds):
-            return Kind.NOT_TENSOR
-        return Kind.TENSOR if _TENSOR_NAMES.match(name) and Kind.NOT_TENSOR not in kinds else Kind.UNKNOWN
+        return merged
 
-    def _is_forward_input(self, name: str, scope: Scope) -> bool:
-        """A required parameter of an nn.Module's `forward` (`def forward(self, x)`) is a tensor.
-
-        Parameters with defaults (`mask=None`), annotated with something other than a Tensor, or
-        named like flags (`return_attn`, `is_training`) are left unknown.
-        """
+    def _parameter_kind(self, name: str, scope: Scope) -> Kind:
+        """Parameters the framework fills with device tensors: an nn.Module's `forward(self, x)` inputs,
+        and the batch of a step hook (`training_step(self, batch, batch_idx)`, `compute_loss(self,
+        model, inputs)`). Parameters with defaults, or annotated or named like flags, stay unknown."""
         function, owner = scope.function, scope.owner_class
-        if function is None or owner is None or function.name.value != "forward" or name == "self":
-            return False
-        if not self.steps.is_torch_module(owner):
-            return False
+        if function is None or owner is None or name == "self":
+            return Kind.UNKNOWN
+        info = next((f for f in owner.methods.values() if f.node is function), None)
+        if info is not None and self.steps.hook_name(info) is not None:
+            return Kind.TENSOR if name in _HOOK_BATCH_PARAMS else Kind.UNKNOWN
+        if function.name.value != "forward" or not self.steps.is_torch_module(owner):
+            return Kind.UNKNOWN
         for param in (*function.params.posonly_params, *function.params.params):
             if param.name.value != name:
                 continue
             if param.default is not None or _FLAG_NAME.match(name):
-                return False
+                return Kind.UNKNOWN
             annotation = param.annotation
-            return annotation is None or "Tensor" in self.index.module.code_for_node(annotation.annotation)
-        return False
+            if annotation is None or "Tensor" in self.index.module.code_for_node(annotation.annotation):
+                return Kind.TENSOR
+        return Kind.UNKNOWN
 
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope
@@ -169,8 +191,8 @@ class TensorInference:
             return self.kind(value, scope, depth)
         if binding.kind == "element":
             inner = self.kind(value, scope, depth)
-            # `logits, loss = model(x, y)`: the elements of a forward pass's result are tensors.
-            return Kind.TENSOR if inner is Kind.TENSOR else Kind.UNKNOWN
+            # `logits, loss = model(x, y)`, `x, y = batch`: elements of tensors' containers are tensors.
+            return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
         if binding.kind == "loop":
             return self._loop_element_kind(value, scope, binding.position)
         return Kind.UNKNOWN
@@ -185,12 +207,13 @@ class TensorInference:
                 return self._loop_element_kind(args[0], scope, 0) if args else Kind.UNKNOWN
             # zip(loader, range(a, b)): element i comes from the i-th iterable.
             return self._loop_element_kind(args[position], scope, 0) if position < len(args) else Kind.UNKNOWN
-        if isinstance(iterable, cst.Call) and terminal_name(iterable.func) in {"range", "trange"}:
+        if wrapper in ("range", "trange"):
             return Kind.NOT_TENSOR
         if self.steps.is_loader(iterable, scope) or any(
             self.steps.is_loader(inner, scope) for inner in _call_arguments(iterable)
         ):
-            return Kind.TENSOR  # batches from a DataLoader are tensors (or collections of them)
+            # A DataLoader yields host tensors (pinned or not); the script moves them to the device.
+            return Kind.HOST_TENSOR
         return Kind.UNKNOWN
 
     # --- attributes, subscripts ----------------------------------------------------------------
@@ -220,16 +243,13 @@ class TensorInference:
             return Kind.UNKNOWN
         self._busy.add(key)
         try:
-            kinds = [self._binding_kind(binding, depth) for binding in bindings]
+            return _merge([self._binding_kind(binding, depth) for binding in bindings])
         finally:
             self._busy.discard(key)
-        if Kind.TENSOR in kinds:
-            return Kind.TENSOR
-        return Kind.NOT_TENSOR if all(k is Kind.NOT_TENSOR for k in kinds) else Kind.UNKNOWN
 
     def _kind_Subscript(self, expr: cst.Subscript, scope: Scope, depth: int) -> Kind:
         inner = self.kind(expr.value, scope, depth)
-        return Kind.TENSOR if inner is Kind.TENSOR else Kind.UNKNOWN
+        return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
 
     # --- operators -----------------------------------------------------------------------------
 
@@ -238,7 +258,7 @@ class TensorInference:
             expr.left, (cst.SimpleString, cst.ConcatenatedString)
         ):
             return Kind.NOT_TENSOR  # "%.3f" % x is a string
-        return _combine(self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth))
+        return _merge([self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth)])
 
     def _kind_UnaryOperation(self, expr: cst.UnaryOperation, scope: Scope, depth: int) -> Kind:
         if isinstance(expr.operator, cst.Not):
@@ -249,21 +269,15 @@ class TensorInference:
         if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
             return Kind.NOT_TENSOR
         operands = [expr.left, *(c.comparator for c in expr.comparisons)]
-        kinds = [self.kind(operand, scope, depth) for operand in operands]
-        if Kind.TENSOR in kinds:
-            return Kind.TENSOR
-        return Kind.NOT_TENSOR if all(k is Kind.NOT_TENSOR for k in kinds) else Kind.UNKNOWN
+        if any(isinstance(operand, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)) for operand in operands):
+            return Kind.NOT_TENSOR  # `mode == "train"`: tensors are never compared with strings
+        return _merge([self.kind(operand, scope, depth) for operand in operands])
 
     def _kind_BooleanOperation(self, expr: cst.BooleanOperation, scope: Scope, depth: int) -> Kind:
-        return _combine(self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth))
+        return _merge([self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth)])
 
     def _kind_IfExp(self, expr: cst.IfExp, scope: Scope, depth: int) -> Kind:
-        return _combine(self.kind(expr.body, scope, depth), self.kind(expr.orelse, scope, depth))
-
-    def _kind_Tuple(self, expr, scope, depth) -> Kind:
-        return Kind.NOT_TENSOR
-
-    _kind_List = _kind_ListComp = _kind_Set = _kind_SetComp = _kind_GeneratorExp = _kind_Tuple
+        return _merge([self.kind(expr.body, scope, depth), self.kind(expr.orelse, scope, depth)])
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -271,7 +285,7 @@ class TensorInference:
         func = expr.func
         qualified = self.index.imports.qualify(func)
         if qualified is not None:
-            return _kind_of_library_call(qualified)
+            return self._library_call_kind(qualified, expr, scope, depth)
         if isinstance(func, cst.Name):
             if func.value in _PY_NON_TENSOR_CALLS:
                 return Kind.NOT_TENSOR
@@ -284,12 +298,40 @@ class TensorInference:
             method = func.attr.value
             if method in _NON_TENSOR_METHODS:
                 return Kind.NOT_TENSOR
-            if method in _TENSOR_METHODS:
+            if method in _TENSOR_METHODS or method in _CONTAINER_METHODS:
                 receiver = self.kind(func.value, scope, depth)
+                if receiver not in (Kind.TENSOR, Kind.HOST_TENSOR):
+                    return receiver if method in _TENSOR_METHODS else Kind.UNKNOWN
+                if method in _TO_HOST:
+                    return Kind.HOST_TENSOR
+                if method in _TO_DEVICE and not _moves_to_cpu(expr):
+                    return Kind.TENSOR
                 return receiver
             if isinstance(func.value, cst.Name) and func.value.value == "self" and FORWARD_CALLEE.search(method):
                 return Kind.TENSOR  # `self.model(x)`, `self.criterion(out, y)`
         return Kind.UNKNOWN
+
+    def _library_call_kind(self, qualified: str, call: cst.Call, scope: Scope, depth: int) -> Kind:
+        root = qualified.split(".")[0]
+        if root in {"numpy", "math", "time", "random", "os", "sys", "json", "pandas", "statistics"}:
+            return Kind.NOT_TENSOR
+        if root != "torch":
+            return Kind.UNKNOWN
+        if qualified.startswith(_TORCH_NON_TENSOR_PREFIXES) or _TORCH_NON_TENSOR_FUNCTIONS.match(qualified):
+            return Kind.NOT_TENSOR
+        last = qualified.rsplit(".", 1)[-1]
+        if last[:1].isupper() and not last.endswith("Tensor"):
+            return Kind.NOT_TENSOR  # constructing an object: SummaryWriter, GradScaler, Linear
+        if qualified.count(".") == 1 and last in _TORCH_CREATION:
+            device = next((a.value for a in call.args if a.keyword and a.keyword.value == "device"), None)
+            if device is None or _is_cpu_literal(device):
+                return Kind.HOST_TENSOR
+            return Kind.TENSOR
+        # Other functions compute where their inputs live: torch.isnan(loss) is where loss is.
+        inputs = [self.kind(arg.value, scope, depth) for arg in call.args if arg.keyword is None][:3]
+        if Kind.HOST_TENSOR in inputs and Kind.TENSOR not in inputs:
+            return Kind.HOST_TENSOR
+        return Kind.TENSOR
 
     def _is_model_instance(self, name: str, scope: Scope) -> bool:
         found = scope.lookup(name)
@@ -306,26 +348,26 @@ class TensorInference:
         return False
 
 
-def _kind_of_library_call(qualified: str) -> Kind:
-    root = qualified.split(".")[0]
-    if root in {"numpy", "math", "time", "random", "os", "sys", "json", "pandas", "statistics"}:
-        return Kind.NOT_TENSOR
-    if root != "torch":
+def _merge(kinds: list[Kind]) -> Kind:
+    """What a value is when it may be any of `kinds` (several bindings, or operands combined)."""
+    if Kind.TENSOR in kinds:
+        return Kind.TENSOR  # mixing host and device tensors is only legal when the result is on the device
+    if not kinds:
         return Kind.UNKNOWN
-    if qualified.startswith(_TORCH_NON_TENSOR_PREFIXES) or _TORCH_NON_TENSOR_FUNCTIONS.match(qualified):
+    if all(k is Kind.NOT_TENSOR for k in kinds):
         return Kind.NOT_TENSOR
-    last = qualified.rsplit(".", 1)[-1]
-    if last[:1].isupper() and not last.endswith("Tensor"):
-        return Kind.NOT_TENSOR  # constructing an object: SummaryWriter, GradScaler, Linear
-    return Kind.TENSOR
-
-
-def _combine(left: Kind, right: Kind) -> Kind:
-    if Kind.TENSOR in (left, right):
-        return Kind.TENSOR
-    if left is Kind.NOT_TENSOR and right is Kind.NOT_TENSOR:
-        return Kind.NOT_TENSOR
+    if Kind.HOST_TENSOR in kinds and all(k in (Kind.HOST_TENSOR, Kind.NOT_TENSOR) for k in kinds):
+        return Kind.HOST_TENSOR
     return Kind.UNKNOWN
+
+
+def _is_cpu_literal(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.SimpleString) and expr.value.strip("'\"") == "cpu"
+
+
+def _moves_to_cpu(call: cst.Call) -> bool:
+    target = call.args[0].value if call.args and call.args[0].keyword is None else None
+    return target is not None and _is_cpu_literal(target)
 
 
 def _call_arguments(expr: cst.BaseExpression) -> list[cst.BaseExpression]:

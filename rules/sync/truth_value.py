@@ -9,13 +9,15 @@ _CONVERSIONS = frozenset({"float", "int", "bool", "complex"})
 
 def _tested(expr: cst.BaseExpression):
     """The operands whose truth value Python computes when it tests `expr` itself."""
-    if isinstance(expr, cst.BooleanOperation):
-        yield from _tested(expr.left)
-        yield from _tested(expr.right)
-    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        yield from _tested(expr.expression)
-    else:
-        yield expr
+    pending = [expr]
+    while pending:  # iterative: `a and b and c and ...` can be thousands of operands long
+        current = pending.pop()
+        if isinstance(current, cst.BooleanOperation):
+            pending += [current.right, current.left]
+        elif isinstance(current, cst.UnaryOperation) and isinstance(current.operator, cst.Not):
+            pending.append(current.expression)
+        else:
+            yield current
 
 
 class TensorTruthValueInStep(Rule):
