@@ -7,7 +7,7 @@ import libcst as cst
 from .module_index import ModuleIndex, Scope
 from .names import terminal_name
 from .stepmodel import StepModel
-from .tensors import Kind, TensorInference
+from .tensors import TensorInference
 
 
 class RuleContext:
@@ -22,10 +22,12 @@ class RuleContext:
         return self.index.imports.qualify(node)
 
     def is_tensor(self, node: cst.BaseExpression) -> bool:
-        return self.tensors.kind(node, self.scope) is Kind.TENSOR
+        """Shown to be a tensor that may live on the device (see tensors.py)."""
+        return self.tensors.is_tensor(node, self.scope)
 
     def maybe_tensor(self, node: cst.BaseExpression) -> bool:
-        return self.tensors.kind(node, self.scope) is not Kind.NOT_TENSOR
+        """Could be a device tensor: not shown to be a host tensor or a non-tensor."""
+        return self.tensors.maybe_tensor(node, self.scope)
 
     @staticmethod
     def method_call(node: cst.CSTNode, *names: str) -> cst.BaseExpression | None:

@@ -42,11 +42,23 @@ _COMMON_METHODS = frozenset({
     "__init__", "__call__", "parameters", "named_parameters",
 })
 
-LIGHTNING_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
-HF_TRAINER_HOOKS = frozenset({"training_step", "compute_loss", "prediction_step"})
+# Methods a framework calls once per batch. Lightning calls the batch hooks on both LightningModules
+# and Callbacks; HF's Trainer calls its own step methods and its TrainerCallbacks' step events.
+_LIGHTNING_BATCH_HOOKS = frozenset({
+    "on_train_batch_start", "on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end",
+    "on_test_batch_start", "on_test_batch_end", "on_before_backward", "on_after_backward",
+    "on_before_optimizer_step", "on_before_zero_grad",
+})
+FRAMEWORK_HOOKS = {
+    "LightningModule": frozenset({"training_step", "validation_step", "test_step", "predict_step"}) | _LIGHTNING_BATCH_HOOKS,
+    "LightningCallback": _LIGHTNING_BATCH_HOOKS,
+    "Trainer": frozenset({"training_step", "compute_loss", "prediction_step"}),
+    "TrainerCallback": frozenset({"on_step_begin", "on_substep_end", "on_step_end"}),
+}
+_LIGHTNING_ROOTS = frozenset({"pytorch_lightning", "lightning", "pl", "L", "lightning_pytorch"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # holds a syntax node: the generated repr would print a subtree
 class StepReason:
     """Why a node runs once per step: the loop or hook that makes it so, and the call chain."""
 
@@ -64,6 +76,7 @@ class StepModel:
         for function in index.functions:
             if function.class_info is None:
                 self._functions_by_name.setdefault(function.name, []).append(function)
+        self._by_node: dict[int, FunctionInfo] = {id(f.node): f for f in index.functions}
         self._methods_named: dict[str, list[FunctionInfo]] = {}
         for function in index.functions:
             if function.class_info is not None:
@@ -82,6 +95,9 @@ class StepModel:
             self.is_step_loop(loop)
 
     # --- calls ---------------------------------------------------------------------------------
+
+    def function_info(self, node: cst.FunctionDef) -> FunctionInfo | None:
+        return self._by_node.get(id(node))
 
     def resolve(self, site: CallSite) -> list[FunctionInfo]:
         """The functions of this module a call may enter (empty when it enters none we know)."""
@@ -291,21 +307,25 @@ class StepModel:
         if function.name in self.extra_hooks:
             return f"{cls.name}.{function.name}"
         framework = self.framework_of(cls)
-        if framework == "LightningModule" and function.name in LIGHTNING_HOOKS:
-            return f"LightningModule.{function.name}"
-        if framework == "Trainer" and function.name in HF_TRAINER_HOOKS:
-            return f"Trainer.{function.name}"
+        if framework is not None and function.name in FRAMEWORK_HOOKS[framework]:
+            return f"{framework}.{function.name}"
         return None
 
     def framework_of(self, cls: ClassInfo, seen: frozenset = frozenset()) -> str | None:
-        """"LightningModule" or "Trainer" when the class derives from one, else None."""
+        """The key of FRAMEWORK_HOOKS for the framework class this class derives from, else None."""
         if id(cls) in seen:
             return None
         for base in cls.bases:
+            # Unresolved names count by their text: scripts use `pl.LightningModule` without the import
+            # in view (star imports, or an import inside `if __name__ == "__main__":`).
             qualified = self.index.imports.qualify(base) or dotted_name(base) or ""
+            root = qualified.split(".")[0]
             if qualified.endswith("LightningModule"):
                 return "LightningModule"
-            root = qualified.split(".")[0]
+            if qualified.endswith(".Callback") and root in _LIGHTNING_ROOTS:
+                return "LightningCallback"
+            if qualified.endswith("TrainerCallback") and root in {"transformers", "trl"}:
+                return "TrainerCallback"
             if qualified.endswith("Trainer") and root in {"transformers", "trl"}:
                 return "Trainer"
             base_name = terminal_name(base)

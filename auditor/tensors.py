@@ -168,13 +168,13 @@ class TensorInference:
         and the batch of a step hook (`training_step(self, batch, batch_idx)`, `compute_loss(self,
         model, inputs)`). Parameters with defaults, or annotated or named like flags, stay unknown."""
         function, owner = scope.function, scope.owner_class
-        if function is None or owner is None or name == "self":
+        if function is None or name == "self":
             return Kind.UNKNOWN
-        info = next((f for f in owner.methods.values() if f.node is function), None)
+        info = self.steps.function_info(function)
         if info is not None and self.steps.hook_name(info) is not None:
             return Kind.TENSOR if name in _HOOK_BATCH_PARAMS else Kind.UNKNOWN
-        if function.name.value != "forward" or not self.steps.is_torch_module(owner):
-            return Kind.UNKNOWN
+        if owner is None or function.name.value != "forward" or not self.steps.is_torch_module(owner):
+            return self._argument_kind(name, info) if info is not None else Kind.UNKNOWN
         for param in (*function.params.posonly_params, *function.params.params):
             if param.name.value != name:
                 continue
@@ -184,6 +184,26 @@ class TensorInference:
             if annotation is None or "Tensor" in self.index.module.code_for_node(annotation.annotation):
                 return Kind.TENSOR
         return Kind.UNKNOWN
+
+    def _argument_kind(self, name: str, function) -> Kind:
+        """What the module's own call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor."""
+        params = function.node.params
+        positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+        if function.class_info is not None and positional[:1] in (["self"], ["cls"]):
+            positional = positional[1:]
+        kinds = []
+        for site in function.call_sites[:8]:
+            argument = None
+            for index, arg in enumerate(site.call.args):
+                if arg.star:
+                    break
+                if (arg.keyword is not None and arg.keyword.value == name) or (
+                    arg.keyword is None and index < len(positional) and positional[index] == name
+                ):
+                    argument = arg.value
+                    break
+            kinds.append(self.kind(argument, site.scope, 6) if argument is not None else Kind.UNKNOWN)
+        return _merge(kinds)
 
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope

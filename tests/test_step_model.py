@@ -306,3 +306,36 @@ def test_a_module_class_forward_called_per_step():
             optimizer.step()
     """).lstrip("\n")
     assert findings_of(source, "LA103") == [(5, "LA103")]
+
+
+def test_parameters_take_the_kind_of_what_call_sites_pass():
+    source = textwrap.dedent("""
+        import torch
+        model.cuda()
+        def report(value, step):
+            print(value)
+            print(step)
+        for step, (x, y) in enumerate(loader):
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+            report(loss, step)
+    """).lstrip("\n")
+    assert findings_of(source, "LA104") == [(4, "LA104")]
+
+
+def test_host_tensors_are_not_syncs():
+    source = textwrap.dedent("""
+        import torch
+        device = torch.device("cuda")
+        model.to(device)
+        for images, targets in val_loader:
+            out = model(images.to(device))
+            top1 = out.argmax(1).cpu()
+            hits = int((targets == top1).sum())
+            counts = torch.zeros(10)
+            if counts.sum() > 0:
+                pass
+            n = targets.tolist()
+    """).lstrip("\n")
+    assert findings_of(source) == [(6, "LA102")]
