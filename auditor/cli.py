@@ -21,6 +21,7 @@ from rich.table import Table
 
 from . import __version__
 from .discovery import MissingPath, discover
+from .docs import rule_markdown
 from .engine import ScanOptions, analyze_many, analyze_stdin
 from .registry import all_rules, rule_by_code, select_rules, unknown_codes
 from .reporting import FORMATS
@@ -162,35 +163,6 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code, e.g. LA101,
     if rule is None:
         raise _error(f"no rule {code!r} (see `loopaudit rules`)")
     Console(highlight=False).print(Markdown(rule_markdown(rule)))
-
-
-def rule_markdown(rule) -> str:
-    """A rule's documentation as Markdown: printed by `loopaudit rule`, collected into docs/rules.md."""
-    return "\n".join([
-        f"## {rule.code} {rule.name}",
-        "",
-        rule.summary,
-        "",
-        "### What it flags",
-        rule.what_it_flags,
-        "",
-        "### Why it costs",
-        rule.why_it_costs,
-        "",
-        "### Example",
-        "```python",
-        rule.example.rstrip(),
-        "```",
-        "",
-        "### Use instead",
-        "```python",
-        rule.use_instead.rstrip(),
-        "```",
-        "",
-        "### Fix safety",
-        rule.fix_safety,
-        "",
-    ])
 
 
 def main() -> None:

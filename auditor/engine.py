@@ -153,7 +153,7 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[
             context=_describe(reason, positions, module) if reason else None,
             suggestion=rule_class.suggestion,
             source_line=lines[row - 1] if row - 1 < len(lines) else None,
-            url=rule_url(rule_class.code),
+            url=rule_url(rule_class.code, rule_class.name),
         )
     return sorted(findings.values(), key=Finding.sort_key)
 
@@ -206,7 +206,7 @@ def _file_problem(
             severity="error",
             suggestion=rule.suggestion,
             source_line=source_line,
-            url=rule_url(rule.code),
+            url=rule_url(rule.code, rule.name),
         )
     ]
 

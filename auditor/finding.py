@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 RULE_DOCS_URL = "https://github.com/loopaudit/loopaudit/blob/main/docs/rules.md#{anchor}"
 
 
-def rule_url(code: str) -> str:
-    return RULE_DOCS_URL.format(anchor=code.lower())
+def rule_url(code: str, name: str) -> str:
+    """Where the rule's documentation lives: its section of docs/rules.md (GitHub's heading anchor)."""
+    return RULE_DOCS_URL.format(anchor=f"{code.lower()}-{name}")
 
 
 @dataclass(frozen=True, order=True)

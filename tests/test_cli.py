@@ -55,7 +55,7 @@ def test_json_output_is_shaped_like_ruffs(project):
     assert first["fix"] is None
     assert first["severity"] == "warning"
     assert "enumerate(train_loader)" in first["context"]
-    assert first["url"].endswith("#la101")
+    assert first["url"].endswith("docs/rules.md#la101-item-in-step")
     assert "once per step" in first["message"]
 
 
