@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import tokenize
 from collections.abc import Iterable, Sequence
@@ -226,15 +227,24 @@ def analyze_many(items: Iterable[tuple[str, str, bool]], options: ScanOptions, j
     else:
         from concurrent.futures import ProcessPoolExecutor
 
-        chunk = max(1, len(work) // (jobs * 8))
+        # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
+        # test files) must not end up in one worker's batch while the others sit idle.
+        work.sort(key=_size, reverse=True)
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_analyze_item, work, [options] * len(work), chunksize=chunk))
+            results = list(pool.map(_analyze_item, work, [options] * len(work), chunksize=1))
     total = ScanResult()
     for result in results:
         total.findings.extend(result.findings)
         total.problems.extend(result.problems)
     total.findings.sort(key=Finding.sort_key)
     return total
+
+
+def _size(item: tuple[str, str, bool]) -> int:
+    try:
+        return os.path.getsize(item[0])
+    except OSError:
+        return 0
 
 
 def _analyze_item(item: tuple[str, str, bool], options: ScanOptions) -> ScanResult:

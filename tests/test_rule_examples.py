@@ -28,10 +28,12 @@ def expected_findings(example: str, code: str) -> list[tuple[int, str]]:
     return expected
 
 
-def cases(kind: str):
-    for rule in SOURCE_RULES:
-        for number, example in enumerate(getattr(rule, kind)):
-            yield pytest.param(rule, example, id=f"{rule.code}-{kind}-{number}")
+def cases(kind: str) -> list:
+    return [
+        pytest.param(rule, example, id=f"{rule.code}-{kind}-{number}")
+        for rule in SOURCE_RULES
+        for number, example in enumerate(getattr(rule, kind))
+    ]
 
 
 @pytest.mark.parametrize("rule, example", cases("valid"))
