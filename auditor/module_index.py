@@ -39,22 +39,15 @@ class Frame:
     kind: FrameKind
     parent: Frame | None
     node: cst.CSTNode | None
-    loop: LoopInfo | None = None
-    function: FunctionInfo | None = None
-
-    def enclosing_function(self) -> FunctionInfo | None:
-        frame: Frame | None = self
-        while frame is not None:
-            if frame.function is not None:
-                return frame.function
-            frame = frame.parent
-        return None
+    loop: LoopInfo | None = None  # for LOOP frames
+    function: FunctionInfo | None = None  # for FUNCTION frames
+    class_info: ClassInfo | None = None  # for CLASS frames
 
     def enclosing_class(self) -> ClassInfo | None:
         frame: Frame | None = self
         while frame is not None:
             if frame.kind is FrameKind.CLASS:
-                return frame.class_info  # type: ignore[attr-defined]
+                return frame.class_info
             frame = frame.parent
         return None
 
@@ -227,9 +220,7 @@ class _Indexer:
             self._push(Frame(FrameKind.DEFERRED, self.frame, node))
             return
         elif isinstance(node, cst.ClassDef) and attribute == "body":
-            frame = Frame(FrameKind.CLASS, self.frame, node)
-            frame.class_info = self.index.classes[node.name.value]  # type: ignore[attr-defined]
-            self._push(frame)
+            self._push(Frame(FrameKind.CLASS, self.frame, node, class_info=self.index.classes[node.name.value]))
             return
         self._undo.append(None)
 
@@ -259,10 +250,9 @@ class _Indexer:
         return loop
 
     def _function_for(self, node: cst.FunctionDef) -> FunctionInfo:
-        class_info = None
-        if self.frame.kind is FrameKind.CLASS:
-            class_info = self.frame.class_info  # type: ignore[attr-defined]
-        scope = Scope(parent=self._scope_for_closure(), function=node, owner_class=class_info or self.scope.owner_class)
+        class_info = self.frame.class_info if self.frame.kind is FrameKind.CLASS else None
+        # A method's enclosing scope is the class's enclosing scope: class bodies are not closures.
+        scope = Scope(parent=self.scope, function=node, owner_class=class_info or self.scope.owner_class)
         params = node.params
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
             scope.params.add(param.name.value)
@@ -276,10 +266,6 @@ class _Indexer:
             class_info.methods.setdefault(info.name, info)
         self.index.functions.append(info)
         return info
-
-    def _scope_for_closure(self) -> Scope:
-        # Class bodies are not enclosing scopes for their methods (Python's own rule).
-        return self.scope
 
     # --- facts ---------------------------------------------------------------------------------
 
@@ -306,19 +292,19 @@ class _Indexer:
         if (terminal_name(func) or "")[:1].isupper():
             self.index.constructor_calls.append(node)
         training = is_training_call(node, self.index.imports)
-        in_loop = self.loop is not None and self.loop.function is self.function
-        if in_loop:
-            self.loop.all_calls.append(site)  # type: ignore[union-attr]
-            self.loop.direct_calls.append(site)  # type: ignore[union-attr]
+        loop = self.loop if self.loop is not None and self.loop.function is self.function else None
+        if loop is not None:
+            loop.all_calls.append(site)
+            loop.direct_calls.append(site)
             if training:
-                self.loop.trains_directly = True  # type: ignore[union-attr]
-            outer = self.loop.parent_loop  # type: ignore[union-attr]
+                loop.trains_directly = True
+            outer = loop.parent_loop
             while outer is not None and outer.function is self.function:
                 outer.all_calls.append(site)
                 outer = outer.parent_loop
         if self.function is not None:
             self.function.all_calls.append(site)
-            if not in_loop:
+            if loop is None:
                 self.function.direct_calls.append(site)
                 if training:
                     self.function.trains_directly = True
