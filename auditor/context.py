@@ -29,6 +29,15 @@ class RuleContext:
         """Could be a device tensor: not shown to be a host tensor or a non-tensor."""
         return self.tensors.maybe_tensor(node, self.scope)
 
+    def source(self, node: cst.CSTNode, limit: int = 40) -> str:
+        """The node's code on one line, for messages that name their trigger. Long code keeps both
+        ends (`F.cross_entropy(...='sum').item()`): the end of a chain is what syncs."""
+        text = " ".join(self.index.module.code_for_node(node).split())
+        if len(text) <= limit:
+            return text
+        keep = (limit - 3) // 2
+        return text[:keep] + "..." + text[-keep:]
+
     @staticmethod
     def method_call(node: cst.CSTNode, *names: str) -> cst.BaseExpression | None:
         """The receiver of `receiver.name(...)` when `node` is such a call, else None."""

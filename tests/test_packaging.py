@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import tomllib
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the package itself supports 3.10
 
 from .conftest import REPO
 

@@ -101,7 +101,7 @@ class DeviceToHostInStep(Rule):
         receiver = ctx.method_call(node, "cpu")
         if receiver is not None:
             if ctx.maybe_tensor(receiver):
-                yield Report(node)
+                yield Report(node, f"`{ctx.source(node)}` waits for the GPU and copies to pageable host memory: the CPU stalls until the GPU drains, once per step")
             return
         receiver = ctx.method_call(node, "to")
         if receiver is not None:
@@ -112,7 +112,7 @@ class DeviceToHostInStep(Rule):
                 and not _is_true(_keyword(node, "non_blocking"))
                 and ctx.maybe_tensor(receiver)
             ):
-                yield Report(node, "`.to(\"cpu\")` waits for the GPU and copies to the host: the CPU stalls until the GPU drains, once per step")
+                yield Report(node, f"`{ctx.source(node)}` waits for the GPU and copies to the host: the CPU stalls until the GPU drains, once per step")
             return
         receiver = ctx.method_call(node, "numpy")
         if receiver is not None and _is_true(_keyword(node, "force")) and ctx.maybe_tensor(receiver):

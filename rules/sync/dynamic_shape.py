@@ -115,7 +115,7 @@ class DynamicShapeInStep(Rule):
         if not isinstance(element, cst.Index):
             return
         if self._is_mask(element.value, ctx, depth=0) and ctx.maybe_tensor(node.value):
-            yield Report(node)
+            yield Report(node, f"`{ctx.source(node)}` indexes with a boolean mask: the result's size depends on the data, so the CPU waits for the GPU to count it, once per step")
 
     def _is_mask(self, expr: cst.BaseExpression, ctx, depth: int) -> bool:
         if depth > 3:

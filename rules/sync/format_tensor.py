@@ -109,7 +109,7 @@ class FormatTensorInStep(Rule):
     def check(self, node, ctx):
         if isinstance(node, cst.FormattedStringExpression):
             if ctx.is_tensor(node.expression):
-                yield Report(node.expression)
+                yield Report(node.expression, f"`{{{ctx.source(node.expression)}}}` formats a tensor in an f-string: its value is read on the host, so the CPU stalls until the GPU drains, once per step")
         elif isinstance(node, cst.BinaryOperation):
             if isinstance(node.operator, cst.Modulo) and _is_string_expression(node.left):
                 if isinstance(node.right, cst.Tuple):
@@ -117,7 +117,7 @@ class FormatTensorInStep(Rule):
                 else:
                     values = [node.right]
                 if any(ctx.is_tensor(value) for value in values):
-                    yield Report(node)
+                    yield Report(node, "`%` formats a tensor: its value is read on the host, so the CPU stalls until the GPU drains, once per step")
         else:
             yield from self._call(node, ctx)
 
@@ -146,4 +146,4 @@ class FormatTensorInStep(Rule):
         else:
             return
         if tensor_args:
-            yield Report(node)
+            yield Report(node, f"`{ctx.source(func)}(...)` is given a tensor: formatting it reads its value on the host, so the CPU stalls until the GPU drains, once per step")

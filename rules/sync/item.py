@@ -137,8 +137,5 @@ class ItemInStep(Rule):
         receiver = ctx.method_call(node, "item", "tolist")
         if receiver is None or node.args or not ctx.maybe_tensor(receiver):
             return
-        method = node.func.attr.value
-        if method == "tolist":
-            yield Report(node, "`.tolist()` copies a GPU tensor to the host: the CPU stalls until the GPU drains, once per step")
-        else:
-            yield Report(node)
+        what = "tensor" if node.func.attr.value == "tolist" else "value"
+        yield Report(node, f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step")

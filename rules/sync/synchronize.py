@@ -90,4 +90,4 @@ class SynchronizeInStep(Rule):
         if qualified in ("torch.cuda.synchronize", "torch.accelerator.synchronize"):
             yield Report(node, f"`{qualified}()` blocks the CPU until the GPU has finished all queued work, once per step")
         elif ctx.method_call(node, "synchronize") is not None and not node.args:
-            yield Report(node)
+            yield Report(node, f"`{ctx.source(node)}` blocks the CPU until the GPU has finished the queued work, once per step")

@@ -104,20 +104,18 @@ class TensorTruthValueInStep(Rule):
 
     def check(self, node, ctx):
         if isinstance(node, (cst.If, cst.While, cst.IfExp, cst.Assert)):
-            for operand in _tested(node.test):
-                if ctx.is_tensor(operand):
-                    yield Report(operand)
+            tested = _tested(node.test)
         elif isinstance(node, cst.BooleanOperation):
             # The left operand is always tested; the right one only when the whole is tested (above).
-            for operand in _tested(node.left):
-                if ctx.is_tensor(operand):
-                    yield Report(operand)
-        elif isinstance(node, cst.UnaryOperation):
-            if isinstance(node.operator, cst.Not):
-                for operand in _tested(node.expression):
-                    if ctx.is_tensor(operand):
-                        yield Report(operand)
-        elif isinstance(node, cst.Call):
+            tested = _tested(node.left)
+        elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            tested = _tested(node.expression)
+        else:
+            tested = ()
+        for operand in tested:
+            if ctx.is_tensor(operand):
+                yield Report(operand, f"`{ctx.source(operand)}` is a tensor used as a condition: Python reads its value on the host, so the CPU stalls until the GPU drains, once per step")
+        if isinstance(node, cst.Call):
             yield from self._conversion(node, ctx)
 
     def _conversion(self, node: cst.Call, ctx):
