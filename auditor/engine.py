@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import stat
 import sys
 import tokenize
 from collections.abc import Iterable, Sequence
@@ -43,6 +44,9 @@ class ScanOptions:
 def analyze_path(path: str, display_name: str, options: ScanOptions, *, explicit: bool) -> list[Finding]:
     """Read and analyse one file; never raises for anything in the file itself."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            # A FIFO or device named *.py would block or never end: only regular files are read.
+            return _file_problem(UNREADABLE_FILE, display_name, options, "not a regular file")
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:

@@ -205,6 +205,12 @@ def test_a_declared_encoding_is_honoured(project):
     assert [(row - 1, code) for row, code in codes_and_rows(result.out)] == TRAIN_FINDINGS
 
 
+def test_a_fifo_is_not_read(project):
+    os.mkfifo(project / "pipe.py")
+    result = run_cli("scan", "pipe.py", "--output-format", "json", cwd=project)
+    assert [(f["code"], f["message"]) for f in json.loads(result.out)] == [("LA002", "not a regular file")]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can read any file")
 def test_a_file_without_read_permission(project):
     target = project / "secret.py"
