@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import re
 
-# What a step loop or step hook needs to exist (see stepmodel.py): a training call, a loader, a
-# framework hook, a `for` whose variable or bound counts steps, or a `while` whose test does.
+# What a step loop or step hook needs to exist (see stepmodel.py), each on a line of code (not a
+# comment or a `>>>` docstring example): a training call; a `for` over a loader; a DataLoader; a
+# framework hook; a counted loop over `range` whose variable or bound counts steps; a `while` whose
+# test counts steps; or a `while True:` in a file that fetches batches.
+_CODE_LINE = r"^[ \t]*[^\s#>][^\n]*"
 _STEP_HINT = re.compile(
-    r"\.backward\(|\.step\(|[lL]oader\b|\b(?:training_step|validation_step|test_step|predict_step|"
-    r"compute_loss|prediction_step)\b|"
-    r"^[ \t]*for\b[^\n:]*?\b(?:step|steps|it|iter|iteration|itr|global_step|batch_?idx|\w+_step|i_iter)\b[^\n:]*?\bin\b|"
-    r"\brange\([^\n]*?(?:steps|iters|iterations|batches|iter_num)|"
-    r"^[ \t]*while\b[^\n]*?(?:step|iter)",
+    _CODE_LINE + r"\.(?:backward|step)\(|"
+    r"\bDataLoader\b|"
+    r"\b(?:training_step|validation_step|test_step|predict_step|compute_loss|prediction_step|"
+    r"on_train_batch_end|on_train_batch_start|on_step_end)\b|"
+    r"^[ \t]*(?:async[ \t]+)?for\b[^\n]*\bin\b[^\n]*(?:[lL]oader|_dl\b|\bdl\b|data_?iter|prefetcher)|"
+    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:range|trange|tqdm|enumerate)\([^\n]*(?:steps?\b|iters?\b|iterations\b|batches\b|iter_num)|"
+    r"^[ \t]*for[ \t]+(?:step|it|iter|iteration|global_step|batch_?idx|\w+_step)[ \t]+in[ \t]+(?:range|trange)\(|"
+    r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)",
     re.M,
 )
-_WHILE_TRUE_WITH_NEXT = re.compile(r"^[ \t]*while\s+True\b", re.M)
-_CUDA_HINT = re.compile(r"cuda|nccl|Accelerator|Fabric|Lightning|Trainer")
+_WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
+_BATCH_SOURCE = re.compile(r"[lL]oader|get_batch|next_batch|fetch_batch|data_?iter|prefetcher")
+# Everything device.py accepts as a sign of CUDA must pass here too.
+_CUDA_HINT = re.compile(r"cuda|nccl|Accelerator|Fabric|Lightning|Trainer|DataParallel|Callback")
 
 
 def may_contain_findings(text: str, *, only_cuda_rules: bool, extra_hooks: frozenset[str] = frozenset()) -> bool:
@@ -33,4 +41,4 @@ def may_contain_findings(text: str, *, only_cuda_rules: bool, extra_hooks: froze
         return True
     if _STEP_HINT.search(text) is not None:
         return True
-    return "next(" in text and _WHILE_TRUE_WITH_NEXT.search(text) is not None
+    return _WHILE_TRUE.search(text) is not None and _BATCH_SOURCE.search(text) is not None

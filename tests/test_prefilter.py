@@ -1,0 +1,36 @@
+"""The text prefilter must never rule out a file that has findings: it is a shortcut, not a rule.
+Every source that yields findings when parsed must also pass the prefilter."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from loopaudit.prefilter import may_contain_findings
+from loopaudit.registry import all_rules
+
+from .conftest import FIXTURES, findings_of
+from .test_step_model import CASES
+
+SOURCES = {
+    **{f"{rule.code}-invalid-{n}": example for rule in all_rules() for n, example in enumerate(rule.invalid)},
+    **{f"step-model: {name}": textwrap.dedent(source) for name, source in CASES.items()},
+    **{f"fixture {path.name}": path.read_text() for path in sorted(FIXTURES.glob("*.py"))},
+}
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_sources_with_findings_pass_the_prefilter(name):
+    source = SOURCES[name]
+    if findings_of(source):
+        assert may_contain_findings(source, only_cuda_rules=True)
+
+
+def test_the_prefilter_rules_out_files_without_torch_or_steps():
+    assert not may_contain_findings("import numpy\nfor x in loader:\n    x.item()\n", only_cuda_rules=True)
+    assert not may_contain_findings("import torch\nx = torch.ones(3).cuda()\n", only_cuda_rules=True)
+    assert not may_contain_findings(
+        'import torch\ndef f():\n    """Example:\n\n    >>> loss.backward()\n    """\n    return torch.cuda.is_available()\n',
+        only_cuda_rules=True,
+    )
