@@ -11,6 +11,8 @@ MPS/XLA, whose costs differ), and the LA1xx rules stay silent there.
 
 from __future__ import annotations
 
+import libcst as cst
+
 from .module_index import ModuleIndex
 from .stepmodel import StepModel
 
@@ -32,16 +34,34 @@ _CUDA_ONLY_WRAPPERS = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel"
 _DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 
 
+def _pins_cpu(call) -> bool:
+    """`Trainer(accelerator="cpu")`, `Fabric(accelerator="cpu")`, `Accelerator(cpu=True)`."""
+    for arg in call.args:
+        if arg.keyword is None:
+            continue
+        value = arg.value
+        if arg.keyword.value == "accelerator" and isinstance(value, cst.SimpleString) and value.value.strip("'\"") == "cpu":
+            return True
+        if arg.keyword.value == "cpu" and isinstance(value, cst.Name) and value.value == "True":
+            return True
+    return False
+
+
 def targets_cuda(index: ModuleIndex, steps: StepModel) -> bool:
     if index.cuda_method_calls:
         return True
+    framework_device = steps.has_framework_classes()
     for call in index.constructor_calls:
         qualified = index.imports.qualify(call.func) or ""
-        if qualified in _ACCELERATOR_CLASSES or qualified in _CUDA_ONLY_WRAPPERS:
+        if qualified in _CUDA_ONLY_WRAPPERS:
             return True
         if qualified in _DDP and any(arg.keyword and arg.keyword.value == "device_ids" for arg in call.args):
             return True
-    if steps.has_framework_classes():
+        if qualified in _ACCELERATOR_CLASSES:
+            framework_device = True
+    # A framework picks the accelerator, unless the script pins it to the CPU (a Lightning example
+    # run with `Trainer(accelerator="cpu")` never touches a GPU).
+    if framework_device and not any(_pins_cpu(call) for call in index.constructor_calls):
         return True
     cuda_uses = [index.imports.qualify(attribute) or "" for attribute in index.cuda_attributes]
     cuda_uses += index.imports.imported_names()  # `from torch.cuda import synchronize`

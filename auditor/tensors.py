@@ -79,6 +79,8 @@ _TO_DEVICE = frozenset({"cuda", "to"})
 # Names that, with nothing else to go on, hold tensors in training code.
 _TENSOR_NAMES = re.compile(
     r"(?i)^(?!(use|ignore|compute|is|do|has|with|should|log|print|calc|get|best|min|max)_)"
+    r"(?!.*_(fn|fns|func|funcs|function|functions|fct|type|types|name|names|weight|weights|scale|cfg|config|"
+    r"kwargs|args|dict|list|history|meter|meters|tracker|key|keys|mode|coef|coeff)$)"
     r"(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
     r"y_?hat|probs|probabilities|grad_?norm|total_?norm)$"
 )
@@ -187,11 +189,19 @@ class TensorInference:
 
     def _argument_kind(self, name: str, function) -> Kind:
         """What the module's own call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor."""
+        return _merge([
+            self.kind(argument, scope, 6) if argument is not None else Kind.UNKNOWN
+            for argument, scope in self.arguments_for(name, function)
+        ])
+
+    def arguments_for(self, name: str, function) -> list[tuple[cst.BaseExpression | None, Scope]]:
+        """The expression each of the module's call sites of `function` passes for parameter `name`
+        (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         params = function.node.params
         positional = [p.name.value for p in (*params.posonly_params, *params.params)]
         if function.class_info is not None and positional[:1] in (["self"], ["cls"]):
             positional = positional[1:]
-        kinds = []
+        found = []
         for site in function.call_sites[:8]:
             argument = None
             for index, arg in enumerate(site.call.args):
@@ -202,8 +212,8 @@ class TensorInference:
                 ):
                     argument = arg.value
                     break
-            kinds.append(self.kind(argument, site.scope, 6) if argument is not None else Kind.UNKNOWN)
-        return _merge(kinds)
+            found.append((argument, site.scope))
+        return found
 
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope

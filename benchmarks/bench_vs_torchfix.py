@@ -121,6 +121,18 @@ def package_version(python: str, name: str) -> str:
     return proc.stdout.strip() or "?"
 
 
+def git_revision() -> str | None:
+    """The repo's commit (with -dirty for local edits), to tie results to code."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+            capture_output=True, text=True,
+        )
+    except OSError:
+        return None
+    return proc.stdout.strip() or None
+
+
 def timed_run(cmd: list[str]) -> dict:
     """Run `cmd`, capturing its output; return wall seconds, output and peak RSS."""
     rss_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -237,6 +249,7 @@ def main() -> int:
         report = {
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "machine": {"cpus": NCPU, "platform": platform.platform(), "python": platform.python_version()},
+            "loopaudit_git": git_revision(),
             "tree": str(tree),
             "torch_version": torch_version,
             "files": files,

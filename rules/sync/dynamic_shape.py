@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
@@ -13,6 +15,10 @@ _TORCH_FUNCTIONS = {
 }
 _METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
 _MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "bool"})
+# Node-split masks of full-batch graph training: PyG's `data.train_mask` and DGL's
+# `g.ndata["train_mask"]` are boolean tensors by convention. Other `*_mask` names (an int64
+# `attention_mask`, GAT's integer `mask_train`) are not assumed to be boolean.
+_SPLIT_MASK = re.compile(r"^(train|val|valid|validation|test|eval)_mask$")
 _MASK_FUNCTIONS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or", "torch.logical_not", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge", "torch.le"})
 
 
@@ -29,7 +35,8 @@ class DynamicShapeInStep(Rule):
         "In code that runs once per step of a CUDA script: `torch.nonzero`/`.nonzero()`, "
         "`torch.argwhere`, `torch.masked_select`, `torch.unique`/`.unique()`, `unique_consecutive`, "
         "one-argument `torch.where(cond)`, and boolean-mask indexing `x[mask]` where the mask is a comparison "
-        "written inline (`logits[labels != -100]`) or assigned from one in the same function. Writing "
+        "written inline (`logits[labels != -100]`) or assigned from one in the same function, or a graph "
+        "split mask (`out[data.train_mask]`, `g.ndata[\"val_mask\"]`: boolean in PyG and DGL). Writing "
         "through a mask (`x[mask] = 0`) is not flagged: PyTorch turns it into a `masked_fill_` without a sync."
     )
     why_it_costs = (
@@ -85,6 +92,7 @@ class DynamicShapeInStep(Rule):
         "    seen = labels.unique()  # expect: LA105\n"
         "    pos = torch.where(labels > 0)  # expect: LA105\n"
         "    picked = torch.masked_select(logits, logits > 0)  # expect: LA105\n"
+        "    node_loss = F.cross_entropy(logits[data.train_mask], labels[data.train_mask])  # expect: LA105\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
     )
@@ -132,11 +140,44 @@ class DynamicShapeInStep(Rule):
                 return True
             receiver = ctx.method_call(expr, *_MASK_METHODS)
             return receiver is not None and ctx.is_tensor(receiver)
+        if isinstance(expr, (cst.Name, cst.Attribute)) and _SPLIT_MASK.match(expr.value if isinstance(expr, cst.Name) else expr.attr.value):
+            return True
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+            key = getattr(expr.slice[0].slice, "value", None)
+            if isinstance(key, cst.SimpleString) and _SPLIT_MASK.match(key.value.strip("'\"")):
+                return True  # g.ndata["train_mask"]
         if isinstance(expr, cst.Name):
             found = ctx.scope.lookup(expr.value)
             if found is None or found[1] is not ctx.scope:
-                return False  # the issue's bar: the mask is computed in the same function
-            return any(b.kind == "value" and self._is_mask(b.value, ctx, depth + 1) for b in found[0])
+                return False  # the mask must be computed in the same function
+            bindings, scope = found
+            if not bindings and expr.value in scope.params:
+                return self._parameter_is_mask(expr.value, scope, ctx, depth)
+            return any(self._binding_is_mask(b, ctx, depth) for b in bindings)
+        return False
+
+    def _parameter_is_mask(self, name: str, scope, ctx, depth: int) -> bool:
+        """`def evaluate(..., mask, ...)` called as `evaluate(..., val_mask, ...)`: on that call's path the
+        function indexes with a boolean mask, whatever other call sites pass."""
+        function = ctx.steps.function_info(scope.function) if scope.function is not None else None
+        passed = ctx.tensors.arguments_for(name, function) if function is not None else []
+        saved = ctx.scope
+        try:
+            verdicts = []
+            for argument, site_scope in passed:
+                ctx.scope = site_scope
+                verdicts.append(argument is not None and self._is_mask(argument, ctx, depth + 1))
+        finally:
+            ctx.scope = saved
+        return any(verdicts)
+
+    def _binding_is_mask(self, binding, ctx, depth: int) -> bool:
+        if binding.kind == "value":
+            return self._is_mask(binding.value, ctx, depth + 1)
+        if binding.kind == "loop" and isinstance(binding.value, (cst.List, cst.Tuple)):
+            # for mask in [data.train_mask, data.val_mask, data.test_mask]:
+            elements = [element.value for element in binding.value.elements]
+            return bool(elements) and all(self._is_mask(e, ctx, depth + 1) for e in elements)
         return False
 
 

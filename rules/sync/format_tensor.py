@@ -8,7 +8,10 @@ from loopaudit.names import terminal_name
 from loopaudit.rule import Report, Rule
 
 _LOGGER_NAME = re.compile(r"(?i)^(log|logger|_logger|logging|LOGGER|_log)$|_logger$")
-_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
+# `logger.debug("%s", t)` formats its arguments only when debug logging is on, which it seldom is in
+# training; the levels below are on by default. (An f-string argument is formatted regardless, and
+# is reported as an f-string.)
+_LOG_METHODS = frozenset({"info", "warning", "warn", "error", "critical", "exception", "log"})
 _FORMATTING_BUILTINS = frozenset({"print", "str", "repr", "format"})
 _STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 
@@ -20,6 +23,12 @@ def _is_string_expression(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Multiply)):
         return _is_string_expression(expr.left) or _is_string_expression(expr.right)
     return False
+
+
+def _dict_values(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(expr, cst.Dict):
+        return [element.value for element in expr.elements if isinstance(element, cst.DictElement)]
+    return [expr]
 
 
 def _positional(call: cst.Call) -> list[cst.BaseExpression]:
@@ -38,8 +47,10 @@ class FormatTensorInStep(Rule):
     what_it_flags = (
         "A CUDA tensor turned into text in code that runs once per step: `print(loss)`, `str(t)`, "
         "f-strings (`f\"{loss:.3f}\"`), `\"%f\" % loss`, `\"{}\".format(loss)`, `logging`/`logger` calls "
-        "with a tensor argument, progress bars given a tensor (`pbar.set_postfix(loss=loss)`), and "
-        "TensorBoard's `writer.add_scalar(tag, loss, step)`. Only values shown to be tensors are flagged; "
+        "with a tensor argument (except `debug`, which formats only when debug logging is on), progress bars given a tensor (`pbar.set_postfix(loss=loss)`), "
+        "TensorBoard's `writer.add_scalar(tag, loss, step)` and `wandb.log({\"loss\": loss})`. Lightning's "
+        "`self.log(\"loss\", loss)` is not flagged: Lightning keeps logged tensors on the device. "
+        "Only values shown to be tensors are flagged; "
         "`loss.item()` inside the same f-string is LA101's finding, not this one."
     )
     why_it_costs = (
@@ -88,6 +99,7 @@ class FormatTensorInStep(Rule):
     invalid = (
         "import logging\n"
         "import torch\n"
+        "import wandb\n"
         "from torch.utils.tensorboard import SummaryWriter\n"
         "logger = logging.getLogger(__name__)\n"
         "writer = SummaryWriter()\n"
@@ -100,6 +112,7 @@ class FormatTensorInStep(Rule):
         "    pbar.set_description(f'loss {loss:.4f}')  # expect: LA104\n"
         "    logger.info('step %d loss %s', step, loss)  # expect: LA104\n"
         "    writer.add_scalar('train/loss', loss, step)  # expect: LA104\n"
+        "    wandb.log({'loss': loss, 'step': step})  # expect: LA104\n"
         "    msg = 'loss %.3f' % loss  # expect: LA104\n"
         "    msg = 'loss {}'.format(loss)  # expect: LA104\n",
     )
@@ -134,7 +147,10 @@ class FormatTensorInStep(Rule):
         method = func.attr.value
         receiver = func.value
         qualified = ctx.qualified_name(func) or ""
-        if method == "format" and isinstance(receiver, _STRINGS):
+        if method == "log" and (qualified == "wandb.log" or "wandb" in (terminal_name(receiver) or "")):
+            # wandb.log({"loss": loss}) turns each tensor value into a number on the host.
+            tensor_args = any(ctx.is_tensor(value) for arg in arguments for value in _dict_values(arg))
+        elif method == "format" and isinstance(receiver, _STRINGS):
             tensor_args = any(ctx.is_tensor(arg) for arg in arguments)
         elif method in _LOG_METHODS and (qualified.startswith("logging.") or _LOGGER_NAME.search(terminal_name(receiver) or "")):
             tensor_args = any(ctx.is_tensor(arg) for arg in arguments)
