@@ -221,6 +221,7 @@ def main() -> int:
         if args.tool in ("torchfix", "both"):
             ensure_torchfix(args.venv)
 
+        revision = git_revision()  # before running: the repo may change meanwhile
         files, lines = count_tree(tree)
         print(f"Tree: {tree}\n{files} .py files, {lines:,} lines, {NCPU} CPUs\n", file=sys.stderr)
 
@@ -249,7 +250,7 @@ def main() -> int:
         report = {
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "machine": {"cpus": NCPU, "platform": platform.platform(), "python": platform.python_version()},
-            "loopaudit_git": git_revision(),
+            "loopaudit_git": revision,
             "tree": str(tree),
             "torch_version": torch_version,
             "files": files,
