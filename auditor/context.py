@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from .module_index import ModuleIndex, Scope
-from .names import terminal_name
 from .stepmodel import StepModel
 from .tensors import TensorInference
 
@@ -48,7 +47,3 @@ class RuleContext:
         ):
             return node.func.value
         return None
-
-    @staticmethod
-    def callee_name(node: cst.Call) -> str | None:
-        return terminal_name(node.func)
