@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .module_index import ModuleIndex, Scope
+from .module_index import Frame, ModuleIndex, Scope
 from .stepmodel import StepModel
-from .tensors import TensorInference
+from .tensors import Kind, TensorInference
 
 
 class RuleContext:
@@ -14,11 +14,17 @@ class RuleContext:
         self.index = index
         self.steps = steps
         self.tensors = tensors
-        self.scope: Scope = index.module_scope  # set by the engine before each check
+        # Where the node being checked sits; set by the engine before each check.
+        self.scope: Scope = index.module_scope
+        self.frame: Frame = index.module_frame
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         """`T.cuda.synchronize` -> "torch.cuda.synchronize" when `import torch as T`."""
         return self.index.imports.qualify(node)
+
+    def kind(self, node: cst.BaseExpression) -> Kind:
+        """TENSOR (may be on the device), HOST_TENSOR, NOT_TENSOR or UNKNOWN (see tensors.py)."""
+        return self.tensors.kind(node, self.scope)
 
     def is_tensor(self, node: cst.BaseExpression) -> bool:
         """Shown to be a tensor that may live on the device (see tensors.py)."""

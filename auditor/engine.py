@@ -74,7 +74,10 @@ def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, expli
 def analyze_text(text: str, display_name: str, options: ScanOptions, *, explicit: bool = True) -> list[Finding]:
     source_rules = [rule for rule in options.rules if rule.node_types]
     if not explicit and not may_contain_findings(
-        text, only_cuda_rules=all(rule.needs_cuda for rule in source_rules), extra_hooks=options.extra_hooks
+        text,
+        only_cuda_rules=all(rule.needs_cuda for rule in source_rules),
+        extra_hooks=options.extra_hooks,
+        stepless_hints=tuple(rule.text_hint for rule in source_rules if not rule.needs_step),
     ):
         return []
     try:
@@ -130,7 +133,7 @@ def _apply_rules(
                 reason = steps.reason(site.frame) if rule_class.needs_step else None
                 if rule_class.needs_step and reason is None:
                     continue
-                ctx.scope = site.scope
+                ctx.scope, ctx.frame = site.scope, site.frame
                 for report in rule.check(site.node, ctx):
                     raw.append((rule_class, report, reason))
     if not raw:

@@ -32,6 +32,7 @@ class FrameKind(enum.Enum):
     PERIODIC = "periodic"  # the body of `if step % N == 0:` and its kin
     RARE = "rare"  # exception handlers, `if bad: raise`, a loop's `else`: not the common path
     DEFERRED = "deferred"  # a lambda's body: it runs when something calls it, usually later
+    WITH = "with"  # the body of a `with` block: as its parent for the per-step model; rules read its items
 
 
 @dataclass(eq=False, repr=False)
@@ -166,6 +167,8 @@ class ModuleIndex:
     constructor_calls: list[cst.Call] = field(default_factory=list)  # calls of capitalised names
     stored_subscripts: set[int] = field(default_factory=set)  # ids of `x[i]` written to, not read
     moves_to_device: bool = False  # a `.to(...)` call or a `device=` argument: a device is used
+    # id(value) -> (name, scope) for `name = value` and `self.name = value`: what a call's result is called
+    bound_names: dict[int, tuple[str, Scope]] = field(default_factory=dict)
 
 
 class _Indexer:
@@ -215,6 +218,9 @@ class _Indexer:
         elif isinstance(node, cst.FunctionDef) and attribute == "body":
             info = self._function_for(node)
             self._push(info.frame, loop=None, function=info, scope=info.scope)
+            return
+        elif isinstance(node, cst.With) and attribute == "body":
+            self._push(Frame(FrameKind.WITH, self.frame, node))
             return
         elif isinstance(node, cst.Lambda) and attribute == "body" and not self._called_at_once(node):
             self._push(Frame(FrameKind.DEFERRED, self.frame, node))
@@ -377,9 +383,10 @@ class _Indexer:
         if isinstance(target, cst.Subscript):
             self.index.stored_subscripts.add(id(target))
         elif self._bind_self_attribute(target, Binding("value", value, self.scope)):
-            pass
+            self.index.bound_names.setdefault(id(value), ("self." + target.attr.value, self.scope))  # type: ignore[attr-defined]
         elif isinstance(target, cst.Name):
             self.scope.bind(target.value, Binding("value", value, self.scope))
+            self.index.bound_names.setdefault(id(value), (target.value, self.scope))
         elif isinstance(target, (cst.Tuple, cst.List)):
             values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
             for position, element in enumerate(target.elements):
@@ -444,6 +451,7 @@ _CALLS_LAMBDA_AT_ONCE = frozenset({"map", "filter", "sorted", "min", "max", "any
 
 # Nodes whose fields open a new frame (a loop body, an `if` body, a handler, a function body).
 _STRUCTURAL = frozenset({
+    cst.With,
     cst.For, cst.While, cst.If, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef, cst.Lambda,
 })
 

@@ -32,9 +32,19 @@ _BATCH_SOURCE = re.compile(r"[lL]oader|get_batch|next_batch|fetch_batch|data_?it
 _CUDA_HINT = re.compile(r"cuda|nccl|Accelerator|Fabric|Lightning|Trainer|DataParallel|Callback")
 
 
-def may_contain_findings(text: str, *, only_cuda_rules: bool, extra_hooks: frozenset[str] = frozenset()) -> bool:
+def may_contain_findings(
+    text: str,
+    *,
+    only_cuda_rules: bool,
+    extra_hooks: frozenset[str] = frozenset(),
+    stepless_hints: tuple[str | None, ...] = (),
+) -> bool:
+    """Could any enabled rule report something in `text`? `stepless_hints` are the text hints of the
+    enabled rules that do not need a step loop (None: such a rule could fire anywhere)."""
     if "torch" not in text:
         return False
+    if any(hint is None or hint in text for hint in stepless_hints):
+        return True
     if only_cuda_rules and not _CUDA_HINT.search(text):
         return False
     if any(hook in text for hook in extra_hooks):

@@ -45,6 +45,10 @@ class Rule:
     node_types: ClassVar[tuple[type[cst.CSTNode], ...]] = ()
     needs_step: ClassVar[bool] = True  # report only on the per-step path
     needs_cuda: ClassVar[bool] = True  # report only in modules that target CUDA
+    # For a rule with needs_step = False: a substring that every file it can report on contains
+    # (e.g. "amp" for the deprecated torch.cuda.amp API). Files found in folders that contain no
+    # step loop are still parsed when they contain it. None: such files are always parsed.
+    text_hint: ClassVar[str | None] = None
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         raise NotImplementedError

@@ -298,6 +298,116 @@ class StepModel:
             return self.is_loader(expr.args[0].value, loop.scope)
         return False
 
+    # --- loaders -------------------------------------------------------------------------------
+
+    def loops_over(self, value: cst.BaseExpression) -> list[LoopInfo]:
+        """The loops that iterate what `value` (say a `DataLoader(...)` call) evaluates to: through the
+        name it is bound to (`train_loader = DataLoader(...)`), `self.<name>`, or a parameter of a
+        function whose call sites pass that name (`train(model, train_loader)`)."""
+        bound = self.index.bound_names.get(id(value))
+        if bound is None:
+            return []
+        name, scope = bound
+        found = []
+        for loop in self.index.loops:
+            if not isinstance(loop.node, cst.For):
+                continue
+            for expr in unwrap_iterable(loop.node.iter):
+                if self._refers_to(expr, name, scope, loop.scope, depth=0):
+                    found.append(loop)
+                    break
+        return found
+
+    def _refers_to(self, expr: cst.BaseExpression, name: str, scope: Scope, where: Scope, depth: int) -> bool:
+        if name.startswith("self."):
+            return (
+                isinstance(expr, cst.Attribute)
+                and isinstance(expr.value, cst.Name)
+                and expr.value.value == "self"
+                and expr.attr.value == name[5:]
+            )
+        if not isinstance(expr, cst.Name):
+            return False
+        found = where.lookup(expr.value)
+        if found is None:
+            return False
+        bindings, owner = found
+        if expr.value == name and owner is scope:
+            return True
+        if depth < 3 and not bindings and expr.value in owner.params and owner.function is not None:
+            # a parameter: does any call site pass our name for it?
+            function = self.function_info(owner.function)
+            if function is None:
+                return False
+            for site in function.call_sites[:8]:
+                argument = argument_for(function, expr.value, site.call)
+                if argument is not None and self._refers_to(argument, name, scope, site.scope, depth + 1):
+                    return True
+        return False
+
+    def in_epoch_loop(self, loop: LoopInfo, seen: frozenset = frozenset()) -> bool:
+        """Is this loop run again and again: inside another loop, or in a function called from one?"""
+        frame = loop.frame.parent
+        while frame is not None:
+            if frame.kind is FrameKind.LOOP:
+                return True
+            if frame.kind is FrameKind.FUNCTION:
+                function = frame.function
+                if function is None or id(function) in seen:
+                    return False
+                return any(
+                    self._site_in_loop(site, seen | {id(function)}) for site in function.call_sites
+                )
+            frame = frame.parent
+        return False
+
+    def _site_in_loop(self, site: CallSite, seen: frozenset) -> bool:
+        frame: Frame | None = site.frame
+        while frame is not None:
+            if frame.kind is FrameKind.LOOP:
+                return True
+            if frame.kind is FrameKind.FUNCTION:
+                function = frame.function
+                if function is None or id(function) in seen:
+                    return False
+                return any(self._site_in_loop(s, seen | {id(function)}) for s in function.call_sites)
+            frame = frame.parent
+        return False
+
+    # --- gradients ------------------------------------------------------------------------------
+
+    def under_no_grad(self, frame: Frame, seen: frozenset = frozenset()) -> bool:
+        """Does code in `frame` run with autograd off: inside `with torch.no_grad():` /
+        `torch.inference_mode()` / `torch.set_grad_enabled(False)`, in a function decorated with one,
+        or in a function all of whose call sites in this module are?"""
+        current: Frame | None = frame
+        while current is not None:
+            if current.kind is FrameKind.WITH and any(
+                self._disables_grad(item.item) for item in current.node.items  # type: ignore[union-attr]
+            ):
+                return True
+            if current.kind is FrameKind.FUNCTION:
+                function = current.function
+                if function is None:
+                    return False
+                if any(self._disables_grad(d.decorator) for d in function.node.decorators):
+                    return True
+                if id(function) in seen or not function.call_sites:
+                    return False
+                return all(self.under_no_grad(site.frame, seen | {id(function)}) for site in function.call_sites)
+            current = current.parent
+        return False
+
+    def _disables_grad(self, expr: cst.BaseExpression) -> bool:
+        call = expr if isinstance(expr, cst.Call) else None
+        qualified = self.index.imports.qualify(call.func if call else expr) or ""
+        if qualified in ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"):
+            return True
+        if qualified == "torch.set_grad_enabled" and call is not None and call.args:
+            value = call.args[0].value
+            return isinstance(value, cst.Name) and value.value == "False"
+        return False
+
     # --- framework hooks -----------------------------------------------------------------------
 
     def hook_name(self, function: FunctionInfo) -> str | None:
@@ -391,3 +501,20 @@ class StepModel:
                     break
         self._function_reason[key] = answer
         return answer
+
+
+def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:
+    """The expression `call` passes for `function`'s parameter `name`, if it can be told."""
+    params = function.node.params
+    positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+    if function.class_info is not None and positional[:1] in (["self"], ["cls"]):
+        positional = positional[1:]
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                return arg.value
+        elif index < len(positional) and positional[index] == name:
+            return arg.value
+    return None

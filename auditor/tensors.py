@@ -20,7 +20,7 @@ import libcst as cst
 from .module_index import Binding, ModuleIndex, Scope
 from .names import terminal_name
 from .patterns import FORWARD_CALLEE
-from .stepmodel import StepModel
+from .stepmodel import StepModel, argument_for
 
 
 class Kind(enum.Enum):
@@ -197,23 +197,7 @@ class TensorInference:
     def arguments_for(self, name: str, function) -> list[tuple[cst.BaseExpression | None, Scope]]:
         """The expression each of the module's call sites of `function` passes for parameter `name`
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
-        params = function.node.params
-        positional = [p.name.value for p in (*params.posonly_params, *params.params)]
-        if function.class_info is not None and positional[:1] in (["self"], ["cls"]):
-            positional = positional[1:]
-        found = []
-        for site in function.call_sites[:8]:
-            argument = None
-            for index, arg in enumerate(site.call.args):
-                if arg.star:
-                    break
-                if (arg.keyword is not None and arg.keyword.value == name) or (
-                    arg.keyword is None and index < len(positional) and positional[index] == name
-                ):
-                    argument = arg.value
-                    break
-            found.append((argument, site.scope))
-        return found
+        return [(argument_for(function, name, site.call), site.scope) for site in function.call_sites[:8]]
 
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope
@@ -239,6 +223,13 @@ class TensorInference:
             return self._loop_element_kind(args[position], scope, 0) if position < len(args) else Kind.UNKNOWN
         if wrapper in ("range", "trange"):
             return Kind.NOT_TENSOR
+        if wrapper in ("items", "values") and isinstance(iterable.func, cst.Attribute):
+            # `for k, v in batch.items()`: the values of a batch dict are where the batch is.
+            container = self.kind(iterable.func.value, scope, 6)
+            wanted = position == 1 if wrapper == "items" else position == 0
+            if wanted and container in (Kind.TENSOR, Kind.HOST_TENSOR):
+                return container
+            return Kind.UNKNOWN
         if self.steps.is_loader(iterable, scope) or any(
             self.steps.is_loader(inner, scope) for inner in _call_arguments(iterable)
         ):

@@ -1,0 +1,1 @@
+"""LA5xx: evaluation and API hygiene."""

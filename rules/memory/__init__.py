@@ -1,0 +1,1 @@
+"""LA4xx: allocator and memory: per-step allocator calls, graphs kept alive, gradient memsets."""
