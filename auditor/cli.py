@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
 from .discovery import MissingPath, discover
@@ -152,7 +153,8 @@ def list_rules(
     table.add_column("name")
     table.add_column("summary")
     for rule in rules:
-        table.add_row(rule.code, rule.name, rule.summary)
+        # Text, not markup: summaries contain brackets (`x[mask]`) that rich would read as styles.
+        table.add_row(Text(rule.code), Text(rule.name), Text(rule.summary))
     Console(soft_wrap=False, highlight=False).print(table)
 
 

@@ -24,15 +24,15 @@ class RuleContext:
 
     def kind(self, node: cst.BaseExpression) -> Kind:
         """TENSOR (may be on the device), HOST_TENSOR, NOT_TENSOR or UNKNOWN (see tensors.py)."""
-        return self.tensors.kind(node, self.scope)
+        return self.tensors.kind_at(node, self.scope, self.frame)
 
     def is_tensor(self, node: cst.BaseExpression) -> bool:
         """Shown to be a tensor that may live on the device (see tensors.py)."""
-        return self.tensors.is_tensor(node, self.scope)
+        return self.tensors.is_tensor(node, self.scope, self.frame)
 
     def maybe_tensor(self, node: cst.BaseExpression) -> bool:
         """Could be a device tensor: not shown to be a host tensor or a non-tensor."""
-        return self.tensors.maybe_tensor(node, self.scope)
+        return self.tensors.maybe_tensor(node, self.scope, self.frame)
 
     def source(self, node: cst.CSTNode, limit: int = 40) -> str:
         """The node's code on one line, for messages that name their trigger. Long code keeps both

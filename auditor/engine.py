@@ -71,14 +71,20 @@ def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, expli
     return analyze_text(text, display_name, options, explicit=explicit)
 
 
-def analyze_text(text: str, display_name: str, options: ScanOptions, *, explicit: bool = True) -> list[Finding]:
+def passes_prefilter(text: str, options: ScanOptions) -> bool:
+    """Could any of the enabled rules report something in `text`? (See prefilter.py.)"""
     source_rules = [rule for rule in options.rules if rule.node_types]
-    if not explicit and not may_contain_findings(
+    return may_contain_findings(
         text,
         only_cuda_rules=all(rule.needs_cuda for rule in source_rules),
         extra_hooks=options.extra_hooks,
-        stepless_hints=tuple(rule.text_hint for rule in source_rules if not rule.needs_step),
-    ):
+        stepless_hints=tuple(rule.text_hint for rule in source_rules if rule.text_hint),
+    )
+
+
+def analyze_text(text: str, display_name: str, options: ScanOptions, *, explicit: bool = True) -> list[Finding]:
+    source_rules = [rule for rule in options.rules if rule.node_types]
+    if not explicit and not passes_prefilter(text, options):
         return []
     try:
         module = cst.parse_module(text)

@@ -90,6 +90,9 @@ class Binding:
     value: cst.BaseExpression
     scope: Scope
     position: int = 0  # which element, for kind "element" of a tuple target
+    # The innermost loop (of the same function) the binding happens in; for a `for` target, that
+    # loop itself. Lets `targets` in a validation loop be told from `targets` in the training loop.
+    loop: LoopInfo | None = None
 
 
 @dataclass(eq=False, repr=False)
@@ -360,32 +363,35 @@ class _Indexer:
         return True
 
     def _visit_aug_assign(self, node: cst.AugAssign) -> None:
-        self._bind_self_attribute(node.target, Binding("augment", node.value, self.scope))
+        self._bind_self_attribute(node.target, Binding("augment", node.value, self.scope, loop=self._here()))
         if isinstance(node.target, cst.Subscript):
             self.index.stored_subscripts.add(id(node.target))
         if isinstance(node.target, cst.Name):
-            self.scope.bind(node.target.value, Binding("augment", node.value, self.scope))
+            self.scope.bind(node.target.value, Binding("augment", node.value, self.scope, loop=self._here()))
 
     def _visit_named_expr(self, node: cst.NamedExpr) -> None:
         self._bind_target(node.target, node.value)
 
     def _visit_for(self, node: cst.For) -> None:
-        self._bind_loop_target(node.target, node.iter)
+        self._bind_loop_target(node.target, node.iter, self._loop_for(node))
 
     def _visit_comp_for(self, node: cst.CompFor) -> None:
-        self._bind_loop_target(node.target, node.iter)
+        self._bind_loop_target(node.target, node.iter, self._here())
 
     def _visit_with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None and isinstance(node.asname.name, cst.Name):
-            self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope))
+            self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope, loop=self._here()))
+
+    def _here(self) -> LoopInfo | None:
+        return self.loop if self.loop is not None and self.loop.function is self.function else None
 
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Subscript):
             self.index.stored_subscripts.add(id(target))
-        elif self._bind_self_attribute(target, Binding("value", value, self.scope)):
+        elif self._bind_self_attribute(target, Binding("value", value, self.scope, loop=self._here())):
             self.index.bound_names.setdefault(id(value), ("self." + target.attr.value, self.scope))  # type: ignore[attr-defined]
         elif isinstance(target, cst.Name):
-            self.scope.bind(target.value, Binding("value", value, self.scope))
+            self.scope.bind(target.value, Binding("value", value, self.scope, loop=self._here()))
             self.index.bound_names.setdefault(id(value), (target.value, self.scope))
         elif isinstance(target, (cst.Tuple, cst.List)):
             values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
@@ -393,21 +399,21 @@ class _Indexer:
                 if values is not None and len(values) == len(target.elements):
                     self._bind_target(element.value, values[position].value)
                 elif isinstance(element.value, cst.Name):
-                    binding = Binding("element", value, self.scope, position)
+                    binding = Binding("element", value, self.scope, position, loop=self._here())
                     self.scope.bind(element.value.value, binding)
 
-    def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression) -> None:
+    def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression, loop: LoopInfo | None) -> None:
         # Every name in the target, however nested (`for i, (x, y) in enumerate(loader)`), is
         # bound from the iterable; tensors.py unwraps enumerate/zip to say which element is which.
         if isinstance(target, cst.Name):
-            self.scope.bind(target.value, Binding("loop", iterable, self.scope))
+            self.scope.bind(target.value, Binding("loop", iterable, self.scope, loop=loop))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for position, element in enumerate(target.elements):
                 inner = element.value
                 if isinstance(inner, cst.Name):
-                    self.scope.bind(inner.value, Binding("loop", iterable, self.scope, position))
+                    self.scope.bind(inner.value, Binding("loop", iterable, self.scope, position, loop=loop))
                 elif isinstance(inner, (cst.Tuple, cst.List)):
-                    self._bind_loop_target(inner, _element_of(iterable, position))
+                    self._bind_loop_target(inner, _element_of(iterable, position), loop)
 
     _visitors = {
         cst.Call: _visit_call,

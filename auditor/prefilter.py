@@ -37,13 +37,13 @@ def may_contain_findings(
     *,
     only_cuda_rules: bool,
     extra_hooks: frozenset[str] = frozenset(),
-    stepless_hints: tuple[str | None, ...] = (),
+    stepless_hints: tuple[str, ...] = (),
 ) -> bool:
-    """Could any enabled rule report something in `text`? `stepless_hints` are the text hints of the
-    enabled rules that do not need a step loop (None: such a rule could fire anywhere)."""
+    """Could any enabled rule report something in `text`? `stepless_hints` are the text hints
+    (regular expressions) of the enabled rules that can report outside any step loop."""
     if "torch" not in text:
         return False
-    if any(hint is None or hint in text for hint in stepless_hints):
+    if any(re.search(hint, text) for hint in stepless_hints):
         return True
     if only_cuda_rules and not _CUDA_HINT.search(text):
         return False

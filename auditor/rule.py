@@ -45,9 +45,10 @@ class Rule:
     node_types: ClassVar[tuple[type[cst.CSTNode], ...]] = ()
     needs_step: ClassVar[bool] = True  # report only on the per-step path
     needs_cuda: ClassVar[bool] = True  # report only in modules that target CUDA
-    # For a rule with needs_step = False: a substring that every file it can report on contains
-    # (e.g. "amp" for the deprecated torch.cuda.amp API). Files found in folders that contain no
-    # step loop are still parsed when they contain it. None: such files are always parsed.
+    # For a rule that can report outside any training loop (needs_step = False and no step loop
+    # needed at all, like a deprecated API): a regular expression that every file it can report on
+    # matches. Files found in folders are then parsed when they match it, step loop or not. Rules
+    # without a hint are prefiltered like the rest: the file must look like it has a step loop.
     text_hint: ClassVar[str | None] = None
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:

@@ -17,7 +17,7 @@ import re
 
 import libcst as cst
 
-from .module_index import Binding, ModuleIndex, Scope
+from .module_index import Binding, Frame, FrameKind, LoopInfo, ModuleIndex, Scope
 from .names import terminal_name
 from .patterns import FORWARD_CALLEE
 from .stepmodel import StepModel, argument_for
@@ -111,6 +111,17 @@ class TensorInference:
         self.index = index
         self.steps = steps
         self._busy: set[tuple[int, str]] = set()
+        self._provisional: dict[tuple[int, str], Kind] = {}
+        self._where: LoopInfo | None = None  # the loop the expression being asked about sits in
+
+    def kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
+        """The kind of `expr` as seen from `frame` (where the expression is), see `_reaching`."""
+        saved = self._where
+        self._where = _innermost_loop(frame)
+        try:
+            return self.kind(expr, scope)
+        finally:
+            self._where = saved
 
     def kind(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> Kind:
         if depth > 12:
@@ -120,13 +131,13 @@ class TensorInference:
             return Kind.UNKNOWN
         return method(expr, scope, depth + 1)
 
-    def is_tensor(self, expr: cst.BaseExpression, scope: Scope) -> bool:
+    def is_tensor(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None = None) -> bool:
         """Shown to be a tensor that may live on the device."""
-        return self.kind(expr, scope) is Kind.TENSOR
+        return self.kind_at(expr, scope, frame) is Kind.TENSOR
 
-    def maybe_tensor(self, expr: cst.BaseExpression, scope: Scope) -> bool:
+    def maybe_tensor(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None = None) -> bool:
         """Not shown to be anything else than a device tensor."""
-        return self.kind(expr, scope) in (Kind.TENSOR, Kind.UNKNOWN)
+        return self.kind_at(expr, scope, frame) in (Kind.TENSOR, Kind.UNKNOWN)
 
     # --- literals ------------------------------------------------------------------------------
 
@@ -150,14 +161,24 @@ class TensorInference:
                 return Kind.NOT_TENSOR  # an imported module or function, not a value we compute
             return Kind.TENSOR if _TENSOR_NAMES.match(name) else Kind.UNKNOWN
         bindings, owner = found
+        bindings = self._reaching(bindings)
         key = (id(owner), name)
         if key in self._busy:
-            return Kind.UNKNOWN  # `loss = loss / n`: the other bindings decide
+            # `x = x.to(device)` or `loss = loss / n` refers to the name being decided: use what
+            # the other bindings said (see the second round below), or nothing yet.
+            return self._provisional.get(key, Kind.UNKNOWN)
         self._busy.add(key)
         try:
             kinds = [self._binding_kind(binding, depth) for binding in bindings]
+            first = _merge([k for k in kinds if k is not Kind.UNKNOWN])
+            if Kind.UNKNOWN in kinds and first is not Kind.UNKNOWN:
+                # Second round: a binding that refers to the name itself now sees the others' kind,
+                # so `for x in loader: x = x.to(device)` makes `x` a device tensor.
+                self._provisional[key] = first
+                kinds = [self._binding_kind(binding, depth) for binding in bindings]
         finally:
             self._busy.discard(key)
+            self._provisional.pop(key, None)
         if name in owner.params:  # a parameter, possibly also reassigned: `x = x * 2` in forward
             kinds.append(self._parameter_kind(name, owner))
         merged = _merge(kinds)
@@ -199,7 +220,29 @@ class TensorInference:
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         return [(argument_for(function, name, site.call), site.scope) for site in function.call_sites[:8]]
 
+    def _reaching(self, bindings: list[Binding]) -> list[Binding]:
+        """When the name is the target of a loop around the place asked about, only the bindings
+        inside that loop reach it: `for images, targets in val_loader:` sees its own `targets`, not
+        the training loop's `targets = targets.to(device)`."""
+        if self._where is None:
+            return bindings
+        targets = {id(b.loop) for b in bindings if b.kind == "loop" and b.loop is not None}
+        loop = self._where
+        while loop is not None and id(loop) not in targets:
+            loop = loop.parent_loop
+        if loop is None:
+            return bindings
+        return [b for b in bindings if _within(b.loop, loop)]
+
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
+        saved = self._where
+        self._where = binding.loop  # a binding's value is evaluated where the binding is
+        try:
+            return self._binding_value_kind(binding, depth)
+        finally:
+            self._where = saved
+
+    def _binding_value_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope
         if binding.kind in ("value", "augment"):
             return self.kind(value, scope, depth)
@@ -367,6 +410,22 @@ class TensorInference:
                 if qualified.startswith("torch.nn.") or qualified.startswith("torchvision.models"):
                     return True
         return False
+
+
+def _innermost_loop(frame: Frame | None) -> LoopInfo | None:
+    while frame is not None and frame.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
+        if frame.kind is FrameKind.LOOP:
+            return frame.loop
+        frame = frame.parent
+    return None
+
+
+def _within(inner: LoopInfo | None, outer: LoopInfo) -> bool:
+    while inner is not None:
+        if inner is outer:
+            return True
+        inner = inner.parent_loop
+    return False
 
 
 def _merge(kinds: list[Kind]) -> Kind:

@@ -20,7 +20,7 @@ TRAIN = textwrap.dedent("""\
     model = model.to(device)
     for epoch in range(10):
         for step, (x, y) in enumerate(train_loader):
-            loss = criterion(model(x.to(device)), y.to(device))
+            loss = criterion(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
             loss.backward()
             optimizer.step()
             running += loss.item()

@@ -338,4 +338,17 @@ def test_host_tensors_are_not_syncs():
                 pass
             n = targets.tolist()
     """).lstrip("\n")
-    assert findings_of(source) == [(6, "LA102")]
+    assert findings_of(source, "LA1") == [(6, "LA102")]
+
+
+def test_a_batch_moved_to_the_device_in_place_is_a_device_tensor():
+    source = textwrap.dedent("""
+        import torch
+        device = torch.device("cuda")
+        model.to(device)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            if (y > 0).any():
+                print(x)
+    """).lstrip("\n")
+    assert findings_of(source, "LA10") == [(6, "LA103"), (7, "LA104")]

@@ -1,0 +1,270 @@
+"""Helpers shared by the LA2xx rules: reading `DataLoader(...)` arguments and `.to(...)` targets.
+
+Not a rule: it declares no Rule subclass, so the registry finds nothing here.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.module_index import FrameKind, LoopInfo
+from loopaudit.names import terminal_name
+from loopaudit.patterns import unwrap_iterable
+from loopaudit.tensors import Kind
+
+# Positions of DataLoader's positional parameters (persistent_workers is keyword-only).
+_POSITIONS = {"num_workers": 5, "pin_memory": 7}
+UNKNOWN = object()  # an argument that is passed but cannot be read statically (`**kwargs`)
+
+
+# Libraries whose `DataLoader` is torch's (or a subclass of it, with the same arguments). DGL's
+# `dgl.dataloading.DataLoader`, say, places its output on the device itself and is left alone.
+_LOADER_LIBRARIES = ("torch", "torch_geometric", "monai")
+
+
+def is_dataloader(call: cst.Call, ctx) -> bool:
+    qualified = ctx.qualified_name(call.func) or ""
+    return qualified.endswith(".DataLoader") and qualified.split(".")[0] in _LOADER_LIBRARIES
+
+
+def loader_argument(call: cst.Call, name: str):
+    """The expression passed for DataLoader parameter `name`; None when it is not passed (the default
+    applies); UNKNOWN when `*args`/`**kwargs` may pass it."""
+    position = _POSITIONS.get(name)
+    index = 0
+    for arg in call.args:
+        if arg.star:
+            return UNKNOWN
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                return arg.value
+        else:
+            if index == position:
+                return arg.value
+            index += 1
+    return None
+
+
+def constant(expr, ctx, depth: int = 0):
+    """The value of a literal (`True`, `0`, `4`), or of a name bound only to the same literal; else UNKNOWN."""
+    if isinstance(expr, cst.Name):
+        if expr.value in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[expr.value]
+        if depth >= 2:
+            return UNKNOWN
+        found = ctx.scope.lookup(expr.value)
+        if not found or not found[0] or expr.value in found[1].params:
+            return UNKNOWN
+        values = [constant(b.value, ctx, depth + 1) if b.kind == "value" else UNKNOWN for b in found[0]]
+        if any(value is UNKNOWN for value in values) or len(set(values)) != 1:
+            return UNKNOWN
+        return values[0]
+    if isinstance(expr, cst.Integer):
+        return int(expr.evaluated_value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+        return -int(expr.expression.evaluated_value)
+    return UNKNOWN
+
+
+def step_loops(call: cst.Call, ctx) -> list[LoopInfo]:
+    """The step loops (training or evaluation) that iterate what this call is bound to."""
+    return [loop for loop in ctx.steps.loops_over(call) if ctx.steps.is_step_loop(loop)]
+
+
+def loop_trains(loop: LoopInfo, ctx) -> bool:
+    """Does one iteration of the loop train: backward / optimizer.step here or in a function it calls?"""
+    return loop.trains_directly or any(
+        ctx.steps.trains(function) for site in loop.direct_calls for function in ctx.steps.resolve(site)
+    )
+
+
+def enclosing_function_name(loop: LoopInfo) -> str:
+    frame = loop.frame.parent
+    while frame is not None:
+        if frame.kind is FrameKind.FUNCTION and frame.function is not None:
+            return frame.function.name
+        frame = frame.parent
+    return ""
+
+
+# --- host-to-device moves -----------------------------------------------------------------------
+
+_DEVICE_NAME_HINTS = ("device", "dev", "gpu", "rank", "cuda")
+
+
+def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
+    """Does `expr` name a (non-CPU) device: "cuda", "cuda:0", f"cuda:{rank}", torch.device("cuda"),
+    `device`, `args.device`, `self.device`, `x.device`, `local_rank`? A dtype (`torch.float16`) or a
+    tensor (`.to(other)`) is not."""
+    if isinstance(expr, cst.SimpleString):
+        text = expr.evaluated_value
+        return isinstance(text, str) and text.startswith("cuda")
+    if isinstance(expr, cst.FormattedString):
+        return bool(expr.parts) and isinstance(expr.parts[0], cst.FormattedStringText) and expr.parts[0].value.startswith("cuda")
+    if isinstance(expr, cst.Call):
+        qualified = ctx.qualified_name(expr.func) or ""
+        if qualified == "torch.device":
+            if not expr.args:
+                return False
+            first = expr.args[0].value
+            # torch.device(f"cuda:{rank}"), torch.device(args.device): a device we cannot read, not "cpu"
+            return _is_device_expression(first, ctx, depth) if isinstance(first, cst.SimpleString) else True
+        return qualified in ("torch.cuda.current_device",)
+    if isinstance(expr, cst.Integer):
+        return True  # `.to(0)`: CUDA device 0
+    name = terminal_name(expr)
+    if name is None:
+        return False
+    if isinstance(expr, cst.Attribute) and ctx.qualified_name(expr) is not None:
+        return False  # `torch.float16`, `torch.long`: a dtype
+    if isinstance(expr, cst.Name) and depth < 2:
+        found = ctx.scope.lookup(expr.value)
+        if found and found[0]:
+            values = [b.value for b in found[0] if b.kind == "value"]
+            if values and all(isinstance(v, (cst.SimpleString, cst.Call)) for v in values):
+                return all(_is_device_expression(v, ctx, depth + 1) for v in values)
+    lowered = name.lower()
+    return any(hint in lowered for hint in _DEVICE_NAME_HINTS) and "dtype" not in lowered and "cpu" not in lowered
+
+
+def moves_to_device(call: cst.Call, ctx) -> cst.BaseExpression | None:
+    """The receiver of a host-to-device move (`x.to(device)`, `x.cuda()`) that does not pass
+    `non_blocking=True`, else None. `.to(torch.float16)`, `.to("cpu")` and `.to(**kw)` are not moves."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
+        return None
+    if any(arg.star for arg in call.args):
+        return None
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    blocking = keywords.get("non_blocking")
+    if blocking is not None and not (isinstance(blocking, cst.Name) and blocking.value == "False"):
+        return None  # non_blocking=True, or a value we cannot read
+    if func.attr.value == "cuda":
+        if len(positional) > 1:
+            return None  # `.cuda(device, non_blocking)` positionally
+        return func.value
+    if any(isinstance(v, cst.Name) and v.value in ("True", "False") for v in positional):
+        return None  # `.to(device, dtype, True)`: non_blocking (or copy) passed positionally
+    target = keywords.get("device", positional[0] if positional else None)
+    if target is None or not _is_device_expression(target, ctx):
+        return None
+    return func.value
+
+
+# --- batch data ---------------------------------------------------------------------------------
+
+
+def _moves_itself(value: cst.BaseExpression, name: str) -> bool:
+    """`x.to(device)`, `x.cuda().float()`: a binding of `x` that is `x` moved to the device."""
+    moved = False
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        moved = moved or value.func.attr.value in ("to", "cuda")
+        value = value.func.value
+    return moved and isinstance(value, cst.Name) and value.value == name
+
+
+def is_host_batch(expr: cst.BaseExpression, ctx) -> bool:
+    """Is `expr` a tensor on the host, such as a batch straight from a DataLoader?
+
+    Tensor inference merges every binding of a name, so in `for x, y in loader: x = x.to(device)` the
+    name `x` counts as a device tensor everywhere. Here the bindings that are the name's own move to
+    the device are left out, so the receiver of that move is still seen as the host batch it is."""
+    origins = _origins(expr, ctx)
+    if any(_computed_by_torch(origin, ctx) for origin in origins):
+        return False  # made by the script (`torch.tensor(state)`, `torch.triu(...)`), not drawn from a loader
+    prepared = _prepared_loaders(ctx)
+    if prepared and any(
+        terminal_name(inner) in prepared for origin in origins for inner in unwrap_iterable(origin)
+    ):
+        return False  # `accelerator.prepare(loader)`: the framework already moved the batch
+    kind = ctx.kind(expr)
+    if kind is Kind.HOST_TENSOR:
+        return True
+    if kind is Kind.NOT_TENSOR or not isinstance(expr, cst.Name):
+        return False
+    found = ctx.scope.lookup(expr.value)
+    if not found:
+        return False
+    bindings, owner = found
+    others = [b for b in bindings if not _moves_itself(b.value, expr.value)]
+    if not others or len(others) == len(bindings) or expr.value in owner.params:
+        return False
+    binding_kind = getattr(ctx.tensors, "_binding_kind", None)  # engine internals; see the report
+    if binding_kind is None:
+        return False
+    kinds = [binding_kind(b, 1) for b in others]
+    return Kind.HOST_TENSOR in kinds and all(k in (Kind.HOST_TENSOR, Kind.NOT_TENSOR) for k in kinds)
+
+
+_FACTORIES = frozenset({
+    "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty", "full", "arange", "linspace",
+    "logspace", "rand", "randn", "randint", "randperm", "eye",
+})
+# Framework calls that hand a loader back wrapped so that its batches arrive on the device.
+_PREPARE_METHODS = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
+
+
+def _computed_by_torch(expr: cst.BaseExpression, ctx) -> bool:
+    """A tensor the script computes with a torch function (`torch.tensor(state)`, `torch.triu(m)`);
+    `torch.utils.data.DataLoader(...)`, the source of batches, is not one."""
+    if not isinstance(expr, cst.Call):
+        return False
+    qualified = ctx.qualified_name(expr.func) or ""
+    return qualified.startswith("torch.") and not qualified.startswith("torch.utils.")
+
+
+def _is_factory(expr: cst.BaseExpression, ctx) -> bool:
+    if not isinstance(expr, cst.Call):
+        return False
+    qualified = ctx.qualified_name(expr.func) or ""
+    return qualified.count(".") == 1 and qualified.startswith("torch.") and qualified[6:] in _FACTORIES
+
+
+def _origins(expr: cst.BaseExpression, ctx, depth: int = 0) -> list[cst.BaseExpression]:
+    """Where the value of `expr` comes from: the iterables of the loops that bind it and the calls
+    that make it, through names, subscripts (`batch[0]`), method chains (`x.float()`) and unpacking."""
+    while True:
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not _is_factory(expr, ctx):
+            if expr.func.attr.value in ("items", "values"):  # `for k, v in batch.items()`
+                expr = expr.func.value
+            elif ctx.qualified_name(expr.func) is None:
+                expr = expr.func.value
+            else:
+                break
+        else:
+            break
+    if not isinstance(expr, cst.Name) or depth > 4:
+        return [expr]
+    found = ctx.scope.lookup(expr.value)
+    if not found:
+        return [expr]
+    origins: list[cst.BaseExpression] = []
+    for binding in found[0]:
+        if _moves_itself(binding.value, expr.value):
+            continue
+        if binding.kind == "loop":
+            origins.append(binding.value)
+            origins.extend(_origins(binding.value, ctx, depth + 1))
+        elif binding.kind in ("value", "element"):
+            origins.extend(_origins(binding.value, ctx, depth + 1))
+    return origins
+
+
+def _prepared_loaders(ctx) -> frozenset[str]:
+    cached = getattr(ctx.index, "_la2_prepared", None)
+    if cached is None:
+        names = set()
+        for site in ctx.index.calls:
+            func = site.call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _PREPARE_METHODS:
+                names.update(terminal_name(arg.value) for arg in site.call.args if arg.keyword is None)
+                bound = ctx.index.bound_names.get(id(site.call))
+                if bound:
+                    names.add(bound[0].split(".")[-1])
+        names.discard(None)
+        cached = frozenset(names)
+        ctx.index._la2_prepared = cached  # computed once per file
+    return cached

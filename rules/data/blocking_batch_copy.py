@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+from ._loaders import is_host_batch, moves_to_device
+
+_CREATION = frozenset({
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",
+    "randn", "randint", "randperm", "eye", "asarray",
+})
+
+
+def _created_here(expr: cst.BaseExpression, ctx) -> bool:
+    """`torch.arange(n)` and `torch.ones(n).float()`: a tensor made by the script, not batch data (LA205's)."""
+    while isinstance(expr, cst.Call):
+        qualified = ctx.qualified_name(expr.func) or ""
+        if qualified.startswith("torch.") and qualified.count(".") == 1:
+            return qualified[6:] in _CREATION
+        if not isinstance(expr.func, cst.Attribute):
+            return False
+        expr = expr.func.value
+    return False
+
+
+class BlockingBatchCopy(Rule):
+    code = "LA202"
+    name = "blocking-batch-copy"
+    summary = "Batch data moved to the GPU with `.to(device)` / `.cuda()` without `non_blocking=True`, once per step."
+    message = "a blocking host-to-device copy of the batch: the CPU waits for the GPU's queue to drain, once per step"
+    suggestion = (
+        "pin the batches (`DataLoader(..., pin_memory=True)`) and copy them with "
+        "`.to(device, non_blocking=True)` / `.cuda(non_blocking=True)`"
+    )
+    what_it_flags = (
+        "`.to(device)` and `.cuda()` of batch data (a tensor that comes from a DataLoader and has not been "
+        "moved yet) in code that runs once per training or evaluation step of a CUDA script, when "
+        "`non_blocking=True` is not passed. This includes moves inside a comprehension over the batch, "
+        "such as `{k: v.to(device) for k, v in batch.items()}`. Moving the model or a module "
+        "(`model.to(device)`), dtype conversions (`.to(torch.float16)`), `.to(\"cpu\")` and moves of "
+        "tensors the script creates itself (LA205) are not flagged."
+    )
+    why_it_costs = (
+        "A host-to-device copy without `non_blocking=True` is synchronous: PyTorch issues "
+        "`cudaMemcpyAsync` and then `cudaStreamSynchronize` on the current stream, so the Python thread "
+        "waits until every kernel queued before the copy (the previous step's backward and optimizer "
+        "step) has finished and the copy itself is done. The GPU's queue is empty when the copy returns, "
+        "so the launch overhead of the next forward pass is no longer hidden behind GPU work. With "
+        "`non_blocking=True` the copy is only queued on the stream: kernels that use the batch still run "
+        "after it (same stream), and the host goes on launching them. The copy overlaps with the host's "
+        "work only when the source is pinned (`pin_memory=True` on the DataLoader); from pageable memory "
+        "CUDA first copies the batch into a staging buffer on the CPU."
+    )
+    example = (
+        "for images, labels in train_loader:\n"
+        "    images, labels = images.to(device), labels.to(device)\n"
+        "    loss = criterion(model(images), labels)\n"
+    )
+    use_instead = (
+        "train_loader = DataLoader(train_set, batch_size=256, num_workers=8, pin_memory=True)\n"
+        "for images, labels in train_loader:\n"
+        "    images = images.to(device, non_blocking=True)\n"
+        "    labels = labels.to(device, non_blocking=True)\n"
+        "    loss = criterion(model(images), labels)\n"
+    )
+    fix_safety = (
+        "Safe for host-to-device copies on the current stream: later kernels on the same stream wait for "
+        "the copy. Not safe to mirror for device-to-host copies, whose result the host must not read "
+        "before a synchronization. Without pinned memory the change is harmless but gains little."
+    )
+    valid = (
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "model = Net().to(device)\n"
+        "for x, y in train_loader:\n"
+        "    x = x.to(device, non_blocking=True)\n"
+        "    y = y.cuda(non_blocking=True)\n"
+        "    loss = criterion(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Dtype conversions and moves to the CPU are no host-to-device copies; the batch is already moved.
+        "import torch\n"
+        "model.cuda()\n"
+        "for x, y in train_loader:\n"
+        "    x = x.to(torch.float16)\n"
+        "    y_host = y.to('cpu')\n"
+        "    x = x.cuda(non_blocking=True)\n"
+        "    out = model(x).to(x.device)\n"
+        "    loss = out.sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Once, before the loop: the model and a fixed batch for visualisation.
+        "import torch\n"
+        "device = 'cuda'\n"
+        "fixed_x, _ = next(iter(val_loader))\n"
+        "fixed_x = fixed_x.to(device)\n"
+        "model.to(device)\n",
+    )
+    invalid = (
+        "import torch\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "for epoch in range(10):\n"
+        "    for i, (inputs, labels) in enumerate(trainloader):\n"
+        "        inputs, labels = inputs.to(device), labels.to(device)  # expect: LA202\n"
+        "        outputs = net(inputs)\n"
+        "        loss = criterion(outputs, labels)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
+        # A dict batch moved in a comprehension, and `.cuda()` in an evaluation loop.
+        "import torch\n"
+        "model.cuda()\n"
+        "for batch in train_dataloader:\n"
+        "    batch = {k: v.to('cuda') for k, v in batch.items()}  # expect: LA202\n"
+        "    loss = model(**batch).loss\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "with torch.no_grad():\n"
+        "    for data, target in test_loader:\n"
+        "        output = model(data.cuda())  # expect: LA202\n",
+    )
+
+    node_types = (cst.Call,)
+
+    def check(self, node, ctx):
+        receiver = moves_to_device(node, ctx)
+        if receiver is None or _created_here(receiver, ctx) or not is_host_batch(receiver, ctx):
+            return
+        yield Report(
+            node,
+            f"`{ctx.source(node)}` is a blocking host-to-device copy of the batch: the CPU waits for the "
+            "GPU's queue to drain, once per step",
+        )

@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+
+from ._loaders import moves_to_device
+
+# Factories that can fill the tensor on the device itself (a kernel, no copy) when given `device=`.
+_FACTORIES = frozenset({
+    "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand", "randn", "randint",
+    "randperm", "eye",
+})
+# Factories from Python data: flagged only for constants (data the script computes must be copied anyway).
+_FROM_DATA = frozenset({"tensor", "as_tensor"})
+
+
+def _is_constant(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value in ("True", "False")
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return _is_constant(expr.expression)
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        return bool(expr.elements) and all(_is_constant(e.value) for e in expr.elements if not isinstance(e, cst.StarredElement))
+    return False
+
+
+def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def _host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
+    """The `torch.<factory>(...)` call at the root of `expr` (through `.float()`, `.unsqueeze(0)`, ...)
+    when it creates the tensor on the host, else None."""
+    while isinstance(expr, cst.Call):
+        qualified = ctx.qualified_name(expr.func) or ""
+        if qualified.startswith("torch.") and qualified.count(".") == 1:
+            factory = qualified[6:]
+            if factory not in _FACTORIES and factory not in _FROM_DATA:
+                # `torch.triu(torch.full(...))`: computed on the host from a host-made tensor
+                first = expr.args[0] if expr.args else None
+                if first is None or first.keyword is not None or first.star or factory[:1].isupper():
+                    return None
+                expr = first.value
+                continue
+            if any(arg.star for arg in expr.args):
+                return None
+            device = _keyword(expr, "device")
+            if device is not None and not (isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu"):
+                return None  # already on the device: the move is a no-op or a dtype change
+            pin = _keyword(expr, "pin_memory")
+            if pin is not None and not (isinstance(pin, cst.Name) and pin.value == "False"):
+                return None  # pinned host staging, on purpose
+            if _keyword(expr, "generator") is not None:
+                return None  # a CPU generator: the same random numbers on every machine, on purpose
+            if factory in _FROM_DATA:
+                data = expr.args[0].value if expr.args and expr.args[0].keyword is None else None
+                if data is None or not _is_constant(data):
+                    return None
+            return expr
+        if not isinstance(expr.func, cst.Attribute):
+            return None
+        expr = expr.func.value
+    return None
+
+
+class CreatedOnHostThenMoved(Rule):
+    code = "LA205"
+    name = "tensor-created-on-host-then-moved"
+    summary = "`torch.arange(n).to(device)` and kin once per step: create the tensor on the device with `device=`."
+    message = "this tensor is built on the CPU and copied to the GPU with a blocking copy, once per step"
+    suggestion = (
+        "create it where it is used: `torch.arange(n, device=device)`, `torch.ones(shape, device=x.device)`; "
+        "for a constant (`torch.tensor(0.5)`), create it once before the loop or use "
+        "`torch.full((), 0.5, device=device)`"
+    )
+    what_it_flags = (
+        "In code that runs once per step of a CUDA script, a tensor made by a `torch` factory without "
+        "`device=` and then moved with `.to(device)` or `.cuda()`, possibly through dtype or shape methods "
+        "in between: `torch.arange(n).to(device)`, `torch.ones(b, 1).float().cuda()`, "
+        "`torch.randn(shape).to(device)`, `torch.triu(torch.full((t, t), -inf), 1).to(device)`, and `torch.tensor(...)` / `torch.as_tensor(...)` of a literal "
+        "constant (`torch.tensor(0.5).cuda()`, `torch.tensor([1.0, 2.0]).to(device)`). Not flagged: "
+        "factories given `pin_memory=True` (host staging on purpose) or a `generator=` (CPU random "
+        "numbers on purpose), `torch.tensor(data)` of data the script computes, and moves with "
+        "`non_blocking=True`."
+    )
+    why_it_costs = (
+        "The factory allocates and fills the tensor in pageable host memory, then `.to(device)` copies it "
+        "to the GPU. Without `non_blocking=True` PyTorch ends that copy with `cudaStreamSynchronize`, so "
+        "the host waits for every kernel queued before it: a full host-device sync, every step, to make a "
+        "tensor that the GPU could have filled itself. With `device=` the factories (`zeros`, `ones`, "
+        "`full`, `arange`, `rand`, ...) allocate from the CUDA caching allocator and launch one fill "
+        "kernel, asynchronously; there is no copy. `torch.tensor(value, device=device)` still builds the "
+        "value on the CPU and copies it, so constants are best created once, outside the loop."
+    )
+    example = (
+        "for x, y in train_loader:\n"
+        "    x = x.to(device, non_blocking=True)\n"
+        "    positions = torch.arange(x.size(1)).to(device)\n"
+        "    margin = torch.tensor(0.2).cuda()\n"
+    )
+    use_instead = (
+        "margin = torch.tensor(0.2, device=device)  # once, before the loop\n"
+        "for x, y in train_loader:\n"
+        "    x = x.to(device, non_blocking=True)\n"
+        "    positions = torch.arange(x.size(1), device=x.device)\n"
+    )
+    fix_safety = (
+        "Safe: the values are the same. Random factories (`rand`, `randn`, `randint`, `randperm`) draw from "
+        "the CUDA generator instead of the CPU one when created on the device, so the exact numbers change "
+        "(reproducibility across runs on the same setup is kept)."
+    )
+    valid = (
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "for x, y in train_loader:\n"
+        "    x = x.to(device, non_blocking=True)\n"
+        "    positions = torch.arange(x.size(1), device=device)\n"
+        "    loss = model(x, positions).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Host staging on purpose, a CPU generator, and data the script computes.
+        "import torch\n"
+        "device = 'cuda'\n"
+        "for x, y in train_loader:\n"
+        "    staged = torch.empty(1024, pin_memory=True).to(device)\n"
+        "    noise = torch.randn(x.shape, generator=cpu_gen).to(device)\n"
+        "    targets = torch.tensor(label_ids).to(device)\n"
+        "    loss = model(x.to(device, non_blocking=True), noise).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Once, before the loop.
+        "import torch\n"
+        "class_weights = torch.tensor([1.0, 2.0]).cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+    )
+    invalid = (
+        "import torch\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "for x, y in train_loader:\n"
+        "    x = x.to(device, non_blocking=True)\n"
+        "    positions = torch.arange(x.size(1)).unsqueeze(0).to(device)  # expect: LA205\n"
+        "    mask = torch.ones(x.size(0), 1).float().cuda()  # expect: LA205\n"
+        "    margin = torch.tensor(0.2).to(device)  # expect: LA205\n"
+        "    loss = model(x, positions, mask, margin).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # In a model's forward, which runs once per step.
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        noise = torch.randn(x.shape).to(x.device)  # expect: LA205\n"
+        "        return self.body(x + noise)\n"
+        "model = Net().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+    )
+
+    node_types = (cst.Call,)
+
+    def check(self, node, ctx):
+        receiver = moves_to_device(node, ctx)
+        if receiver is None:
+            return
+        creation = _host_creation(receiver, ctx)
+        if creation is None:
+            return
+        constant = (ctx.qualified_name(creation.func) or "").rsplit(".", 1)[-1] in _FROM_DATA
+        fix = "create it once, before the loop" if constant else "create it with `device=`"
+        yield Report(
+            node,
+            f"`{ctx.source(creation.func)}(...)` builds the tensor on the CPU and `.{node.func.attr.value}(...)` "
+            f"copies it to the GPU with a blocking copy, once per step: {fix}",
+        )

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+
+from ._loaders import UNKNOWN, constant, enclosing_function_name, is_dataloader, loader_argument, loop_trains, step_loops
+
+_TRAIN_NAME = re.compile(r"(?i)train")
+_IN_MEMORY_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
+
+
+def _bound_name(call: cst.Call, ctx) -> str:
+    bound = ctx.index.bound_names.get(id(call))
+    return bound[0] if bound else ""
+
+
+def _in_memory_dataset(call: cst.Call, ctx) -> bool:
+    """`DataLoader(TensorDataset(x, y))`: indexing tensors already in memory, where workers buy little."""
+    dataset = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "dataset"), None)
+    if isinstance(dataset, cst.Name):
+        found = ctx.scope.lookup(dataset.value)
+        values = [b.value for b in found[0] if b.kind == "value"] if found else []
+        dataset = values[0] if len(values) == 1 else dataset
+    return isinstance(dataset, cst.Call) and (ctx.qualified_name(dataset.func) or "") in _IN_MEMORY_DATASETS
+
+
+def is_training_loader(call: cst.Call, ctx) -> bool:
+    """Iterated by a step loop that trains, or by a step loop in a function named like `train`, or bound
+    to a name like `train_loader`."""
+    loops = step_loops(call, ctx)
+    if not loops:
+        return False
+    if any(loop_trains(loop, ctx) for loop in loops):
+        return True
+    if any(_TRAIN_NAME.search(enclosing_function_name(loop)) for loop in loops):
+        return True
+    return bool(_TRAIN_NAME.search(_bound_name(call, ctx)))
+
+
+class TrainingLoaderWithoutWorkers(Rule):
+    code = "LA203"
+    name = "training-loader-without-workers"
+    summary = "A training `DataLoader(...)` with `num_workers` missing or 0: batches load in the training process."
+    message = "this training DataLoader loads every batch in the training process: the GPU waits while Python decodes and collates"
+    suggestion = (
+        "pass `num_workers=` (start with the number of CPU cores per GPU, e.g. 4 to 8) so worker processes "
+        "prepare the next batches while the GPU trains"
+    )
+    what_it_flags = (
+        "A `DataLoader(...)` of a CUDA script that feeds a training loop (a step loop that calls "
+        "`backward()` or `optimizer.step()`, directly or through a function it calls; or a step loop in a "
+        "function named like `train`; or a loader bound to a name like `train_loader`), when "
+        "`num_workers` is not passed or is 0. Values that cannot be read statically "
+        "(`num_workers=args.workers`) are not flagged, nor are loaders over a `TensorDataset`, whose "
+        "samples are slices of tensors already in memory."
+    )
+    why_it_costs = (
+        "With `num_workers=0` (the default) the DataLoader fetches, decodes, augments and collates each "
+        "batch in the main process, on the same Python thread that launches the GPU's kernels. While it "
+        "does, no new work is queued: once the GPU has finished the step it sits idle until the next batch "
+        "is ready, so loading time adds to step time instead of overlapping with it. With "
+        "`num_workers > 0` PyTorch starts that many worker processes, each preparing whole batches ahead "
+        "of time (`prefetch_factor` batches per worker, 2 by default), and the training loop only "
+        "receives finished batches."
+    )
+    example = (
+        "train_loader = DataLoader(train_set, batch_size=128, shuffle=True)\n"
+        "for images, labels in train_loader:\n"
+        "    loss = criterion(model(images.cuda()), labels.cuda())\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    use_instead = (
+        "train_loader = DataLoader(train_set, batch_size=128, shuffle=True, num_workers=8,\n"
+        "                          pin_memory=True, persistent_workers=True)\n"
+    )
+    fix_safety = (
+        "Usually safe, but workers are separate processes: the dataset must be picklable (no lambdas or "
+        "open handles in it) under the `spawn` start method, augmentations that draw from NumPy's global "
+        "random generator need per-worker seeding (`worker_init_fn`), and on "
+        "Windows and macOS the script's entry point must be guarded by `if __name__ == \"__main__\":`."
+    )
+    valid = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)\n"
+        "for x, y in train_loader:\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Read from the command line; and an evaluation loader does not train.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "train_loader = DataLoader(train_set, batch_size=64, num_workers=args.workers, pin_memory=True)\n"
+        "val_loader = DataLoader(val_set, batch_size=256, pin_memory=True)\n"
+        "for x, y in train_loader:\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "with torch.no_grad():\n"
+        "    for x, y in val_loader:\n"
+        "        out = model(x.cuda(non_blocking=True))\n",
+        # Tensors already in memory: a worker would only slice them.
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "dataset = TensorDataset(features, targets)\n"
+        "loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)\n"
+        "for x, y in loader:\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+    )
+    invalid = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "train_loader = DataLoader(train_set, batch_size=64, shuffle=True, pin_memory=True)  # expect: LA203\n"
+        "for epoch in range(10):\n"
+        "    for x, y in train_loader:\n"
+        "        loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
+        # `num_workers=0` spelled out, and training inside a function the loop calls.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def train_step(x, y):\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "loader = DataLoader(images, batch_size=32, num_workers=0, pin_memory=True)  # expect: LA203\n"
+        "for x, y in loader:\n"
+        "    train_step(x, y)\n",
+    )
+
+    node_types = (cst.Call,)
+    needs_step = False
+
+    def check(self, node, ctx):
+        if not is_dataloader(node, ctx):
+            return
+        workers = loader_argument(node, "num_workers")
+        if workers is UNKNOWN or (workers is not None and constant(workers, ctx) != 0):
+            return
+        if _in_memory_dataset(node, ctx) or not is_training_loader(node, ctx):
+            return
+        what = "without `num_workers`" if workers is None else "with `num_workers=0`"
+        yield Report(
+            node,
+            f"`{ctx.source(node.func)}(...)` feeds a training loop {what}: every batch is loaded in the "
+            "training process, and the GPU waits while it is",
+        )

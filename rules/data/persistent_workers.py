@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+
+from ._loaders import UNKNOWN, constant, is_dataloader, loader_argument, step_loops
+
+
+class WorkersRespawnedEachEpoch(Rule):
+    code = "LA204"
+    name = "workers-respawned-each-epoch"
+    summary = "`DataLoader(..., num_workers>0)` iterated every epoch without `persistent_workers=True`."
+    message = "this DataLoader starts its worker processes again at every epoch: the GPU waits while they start"
+    suggestion = "pass `persistent_workers=True` so the workers (and the dataset copies they hold) live across epochs"
+    what_it_flags = (
+        "A `DataLoader(...)` of a CUDA script with a `num_workers` that is a positive number (a literal, or "
+        "a name bound only to one), when `persistent_workers` is not passed or is `False`, and a step loop "
+        "iterates the loader again and again: inside an epoch loop, or in a function called from one. "
+        "Values that cannot be read statically (`num_workers=args.workers`, "
+        "`persistent_workers=args.persistent`) are not flagged."
+    )
+    why_it_costs = (
+        "Each `for batch in loader:` calls `iter(loader)`. With `num_workers > 0` and "
+        "`persistent_workers=False` (the default) that creates a new multi-process iterator: it starts "
+        "`num_workers` processes, sends each a copy of the dataset (pickled under the `spawn` and "
+        "`forkserver` start methods), runs `worker_init_fn`, and waits for the first `prefetch_factor` "
+        "batches, and at the end of the epoch shuts all of them down. The GPU has nothing to do during that "
+        "start-up, every epoch, and datasets that open files or build indexes lazily redo that work in "
+        "every new worker. With `persistent_workers=True` the workers are started on the first epoch and "
+        "reused."
+    )
+    example = (
+        "train_loader = DataLoader(train_set, batch_size=128, shuffle=True, num_workers=8, pin_memory=True)\n"
+        "for epoch in range(epochs):\n"
+        "    for images, labels in train_loader:\n"
+        "        ...\n"
+    )
+    use_instead = (
+        "train_loader = DataLoader(train_set, batch_size=128, shuffle=True, num_workers=8, pin_memory=True,\n"
+        "                          persistent_workers=True)\n"
+    )
+    fix_safety = (
+        "Safe for ordinary datasets: shuffling and samplers still run anew each epoch "
+        "(`DistributedSampler.set_epoch` included). Workers keep their state across epochs, so a dataset "
+        "that changes between epochs in the main process (curriculum schedules, `dataset.epoch = e`) is not "
+        "seen by persistent workers, and the workers keep holding their memory between epochs."
+    )
+    valid = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "train_loader = DataLoader(train_set, batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True)\n"
+        "for epoch in range(10):\n"
+        "    for x, y in train_loader:\n"
+        "        loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
+        # Iterated once: nothing is started twice.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(train_set, batch_size=64, num_workers=8, pin_memory=True)\n"
+        "for x, y in loader:\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # No workers, or a count read from the command line.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "a_loader = DataLoader(train_set, batch_size=64, num_workers=0, pin_memory=True)\n"
+        "b_loader = DataLoader(train_set, batch_size=64, num_workers=args.workers, pin_memory=True)\n"
+        "for epoch in range(10):\n"
+        "    for x, y in zip(a_loader, b_loader):\n"
+        "        loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
+    )
+    invalid = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)  # expect: LA204\n"
+        "for epoch in range(10):\n"
+        "    for x, y in train_loader:\n"
+        "        loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
+        # The loader is iterated in a function called once per epoch.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "WORKERS = 4\n"
+        "def validate(model, loader):\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            out = model(x.cuda(non_blocking=True))\n"
+        "val_loader = DataLoader(val_set, batch_size=256, num_workers=WORKERS, pin_memory=True,  # expect: LA204\n"
+        "                        persistent_workers=False)\n"
+        "for epoch in range(10):\n"
+        "    train_one_epoch(model)\n"
+        "    validate(model, val_loader)\n",
+    )
+
+    node_types = (cst.Call,)
+    needs_step = False
+
+    def check(self, node, ctx):
+        if not is_dataloader(node, ctx):
+            return
+        workers = loader_argument(node, "num_workers")
+        if workers is None or workers is UNKNOWN:
+            return
+        count = constant(workers, ctx)
+        if type(count) is not int or count <= 0:
+            return
+        persistent = loader_argument(node, "persistent_workers")
+        if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
+            return
+        if not any(ctx.steps.in_epoch_loop(loop) for loop in step_loops(node, ctx)):
+            return
+        yield Report(
+            node,
+            f"`{ctx.source(node.func)}(..., num_workers={count})` is iterated every epoch without "
+            f"`persistent_workers=True`: its {count} worker processes are started again at each epoch",
+        )

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from loopaudit.rule import Report, Rule
+
+# What each deprecated name is replaced by; the `torch.cuda.amp` classes are thin subclasses of these.
+_REPLACEMENTS = {
+    "torch.cuda.amp.autocast": "torch.amp.autocast",
+    "torch.cuda.amp.autocast_mode.autocast": "torch.amp.autocast",
+    "torch.cuda.amp.GradScaler": "torch.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler": "torch.amp.GradScaler",
+}
+
+
+class DeprecatedCudaAmp(Rule):
+    code = "LA502"
+    name = "deprecated-cuda-amp"
+    summary = "`torch.cuda.amp.autocast` / `torch.cuda.amp.GradScaler`: deprecated, warn on every use."
+    message = "`torch.cuda.amp` is deprecated since PyTorch 2.4 and emits a FutureWarning"
+    suggestion = 'use `torch.amp.autocast("cuda", ...)` and `torch.amp.GradScaler("cuda", ...)`'
+    what_it_flags = (
+        "Calls of `torch.cuda.amp.autocast(...)` and `torch.cuda.amp.GradScaler(...)`, however they are "
+        "imported (`from torch.cuda.amp import autocast, GradScaler`, `from torch.cuda import amp`, "
+        "`import torch.cuda.amp as amp`), including `@torch.cuda.amp.autocast()` used as a decorator. "
+        "Anywhere in the file, on any device. `torch.amp.autocast`, `torch.autocast` and "
+        "`torch.amp.GradScaler` are not flagged."
+    )
+    why_it_costs = (
+        "Since PyTorch 2.4 both names are wrappers marked `@deprecated(..., category=FutureWarning)`: "
+        "constructing one emits `FutureWarning: torch.cuda.amp.autocast(args...) is deprecated. Please use "
+        "torch.amp.autocast(\"cuda\", args...) instead.` An autocast context built once per step goes "
+        "through the warnings machinery every step (Python prints it once per call site, but still looks it "
+        "up), the log fills with warnings that hide real ones, and a run with `-W error` or "
+        "`filterwarnings = error` (common in test suites) fails. The deprecated names are slated for "
+        "removal; the device-generic `torch.amp` API is the same code with the device type as an argument."
+    )
+    example = (
+        "from torch.cuda.amp import GradScaler, autocast\n"
+        "scaler = GradScaler()\n"
+        "for x, y in loader:\n"
+        "    with autocast():\n"
+        "        loss = criterion(model(x), y)\n"
+        "    scaler.scale(loss).backward()\n"
+    )
+    use_instead = (
+        "import torch\n"
+        "scaler = torch.amp.GradScaler(\"cuda\")\n"
+        "for x, y in loader:\n"
+        "    with torch.amp.autocast(\"cuda\"):\n"
+        "        loss = criterion(model(x), y)\n"
+        "    scaler.scale(loss).backward()\n"
+    )
+    fix_safety = (
+        "Safe to rewrite by hand: `torch.cuda.amp.autocast(args...)` is defined as "
+        "`torch.amp.autocast(\"cuda\", args...)` and `torch.cuda.amp.GradScaler(args...)` as "
+        "`torch.amp.GradScaler(\"cuda\", args...)`. Code that must run on PyTorch older than 2.3 (where "
+        "`torch.amp.GradScaler` does not exist) should keep a version check."
+    )
+    valid = (
+        "import torch\n"
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "for x, y in train_loader:\n"
+        "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        "        loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n",
+        # The generic names imported from torch.amp are fine.
+        "import torch\n"
+        "from torch.amp import GradScaler, autocast\n"
+        "scaler = GradScaler('cuda')\n"
+        "with autocast(device_type='cuda'):\n"
+        "    out = model(x)\n",
+    )
+    invalid = (
+        "import torch\n"
+        "from torch.cuda.amp import GradScaler, autocast\n"
+        "scaler = GradScaler()  # expect: LA502\n"
+        "for x, y in train_loader:\n"
+        "    with autocast():  # expect: LA502\n"
+        "        loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n",
+        # Full paths, a module alias, and a decorator.
+        "import torch\n"
+        "from torch.cuda import amp\n"
+        "scaler = torch.cuda.amp.GradScaler(enabled=True)  # expect: LA502\n"
+        "class Net(torch.nn.Module):\n"
+        "    @amp.autocast()  # expect: LA502\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x)\n"
+        "for x, y in train_loader:\n"
+        "    loss = criterion(Net()(x.cuda()), y.cuda())\n"
+        "    scaler.scale(loss).backward()\n",
+    )
+
+    node_types = (cst.Call,)
+    needs_step = False
+    needs_cuda = False
+    text_hint = r"cuda\.amp\b|from\s+torch\.cuda\s+import[^\n]*\bamp\b"
+
+    def check(self, node, ctx):
+        qualified = ctx.qualified_name(node.func)
+        replacement = _REPLACEMENTS.get(qualified or "")
+        if replacement is None:
+            return
+        written = ctx.source(node.func)
+        what = f"`{written}`" if written == qualified else f"`{written}` (`{qualified}`)"
+        yield Report(
+            node,
+            f"{what} is deprecated and emits a FutureWarning since PyTorch 2.4: use `{replacement}(\"cuda\", ...)`",
+        )

@@ -1,0 +1,254 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from loopaudit.module_index import FrameKind
+from loopaudit.names import terminal_name
+from loopaudit.patterns import FORWARD_CALLEE, is_training_call
+from loopaudit.rule import Report, Rule
+from loopaudit.walk import iter_subtree
+
+# Functions that evaluate: `evaluate`, `validate`, `test`, `eval_epoch`, `run_validation`, nanoGPT's
+# `estimate_loss`. Not pytest's `test_*` functions, which test code rather than a model.
+_EVAL_FUNCTION = re.compile(
+    r"(?i)^_?(run_)?(val|valid|validate|validation|eval|evaluate|evaluation|test|testing|estimate_loss)"
+    r"(_(one_)?(epoch|model|loop|loss|accuracy|step))?$|^_?(eval|evaluate|validate)_\w+$"
+)
+# Callees that compute a loss or metric from outputs rather than run the model.
+_NOT_A_MODEL = re.compile(r"(?i)criterion|loss|metric")
+
+
+class EvalWithoutNoGrad(Rule):
+    code = "LA501"
+    name = "eval-without-no-grad"
+    summary = "An evaluation loop running forward passes with autograd on (no `torch.no_grad()`)."
+    message = "this evaluation loop runs forward passes with autograd recording: wrap it in `torch.no_grad()`"
+    suggestion = (
+        "wrap the loop in `with torch.inference_mode():` (or `torch.no_grad()`), or decorate the "
+        "evaluation function with `@torch.no_grad()`"
+    )
+    what_it_flags = (
+        "A loop over batches that runs the model (`model(x)`, `self.net(x)`) and does not train, when it "
+        "evaluates: the model was put in eval mode before it in the same function (`model.eval()`, "
+        "`model.train(False)`), or the function is named like an evaluation (`evaluate`, `validate`, `test`, "
+        "`eval_epoch`, `run_validation`, `estimate_loss`), and the forward passes are not under "
+        "`torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)`: as a `with`, as a "
+        "decorator, or around every call of the function in the module. Reported at the loop header. "
+        "Not flagged: loops that call `backward()`, `optimizer.step()` or `torch.autograd.grad` (attacks, "
+        "saliency, test-time training need gradients), loops that set `requires_grad`, and framework hooks "
+        "(Lightning's `validation_step`, `test_step`, HF `prediction_step`), which the framework already "
+        "runs under `no_grad`. Any device."
+    )
+    why_it_costs = (
+        "`model.eval()` only switches dropout and batch norm to inference behaviour; it does not turn "
+        "autograd off. With grad mode on, every operation on a parameter records a node in the autograd "
+        "graph and saves the tensors its backward would need (activations, inputs of matmuls and "
+        "convolutions), for a backward that never comes. That memory stays allocated until the output is "
+        "freed, so evaluation needs about as much activation memory as training (a batch size that trains "
+        "can run out of memory in validation), and each op pays the recording overhead. Under "
+        "`torch.no_grad()` nothing is recorded or saved; `torch.inference_mode()` also skips version "
+        "counter and view tracking. And an output accumulated across the loop (`preds.append(out)`) keeps "
+        "each batch's whole graph alive."
+    )
+    example = (
+        "def evaluate(model, val_loader):\n"
+        "    model.eval()\n"
+        "    correct = 0\n"
+        "    for x, y in val_loader:\n"
+        "        correct += (model(x).argmax(1) == y).sum()\n"
+        "    return correct\n"
+    )
+    use_instead = (
+        "@torch.inference_mode()\n"
+        "def evaluate(model, val_loader):\n"
+        "    model.eval()\n"
+        "    correct = 0\n"
+        "    for x, y in val_loader:\n"
+        "        correct += (model(x).argmax(1) == y).sum()\n"
+        "    return correct\n"
+    )
+    fix_safety = (
+        "Safe when the loop needs no gradients, which holds for loops this rule flags (they call no "
+        "backward). Prefer `torch.no_grad()` to `inference_mode()` when tensors created in the loop are "
+        "later used in autograd (inference tensors cannot be)."
+    )
+    valid = (
+        # Decorated, or wrapped in a `with`, or run from a caller under no_grad.
+        "import torch\n"
+        "@torch.no_grad()\n"
+        "def evaluate(model, val_loader):\n"
+        "    model.eval()\n"
+        "    for x, y in val_loader:\n"
+        "        out = model(x.cuda())\n"
+        "def test(model, test_loader):\n"
+        "    model.eval()\n"
+        "    with torch.inference_mode():\n"
+        "        for x, y in test_loader:\n"
+        "            out = model(x.cuda())\n"
+        "def validate(model, val_loader):\n"
+        "    for x, y in val_loader:\n"
+        "        out = model(x.cuda())\n"
+        "with torch.no_grad():\n"
+        "    validate(model, val_loader)\n",
+        # A training loop, and a test that needs gradients (an adversarial attack).
+        "import torch\n"
+        "def test(model, test_loader, epsilon):\n"
+        "    model.eval()\n"
+        "    for data, target in test_loader:\n"
+        "        data.requires_grad = True\n"
+        "        loss = criterion(model(data.cuda()), target.cuda())\n"
+        "        loss.backward()\n"
+        "model.train()\n"
+        "for x, y in train_loader:\n"
+        "    loss = criterion(model(x.cuda()), y.cuda())\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Lightning runs validation_step under no_grad itself.
+        "import torch\n"
+        "import lightning as L\n"
+        "class Lit(L.LightningModule):\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        for x in batch:\n"
+        "            self.model(x)\n",
+    )
+    invalid = (
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "def evaluate(model, val_loader):\n"
+        "    model.eval()\n"
+        "    correct = 0\n"
+        "    for images, labels in val_loader:  # expect: LA501\n"
+        "        outputs = model(images.to(device))\n"
+        "        correct += (outputs.argmax(1) == labels.to(device)).sum()\n"
+        "    return correct\n",
+        # After model.eval() in the training script, the validation loop records a graph.
+        "import torch\n"
+        "for epoch in range(10):\n"
+        "    model.train()\n"
+        "    for x, y in train_loader:\n"
+        "        loss = criterion(model(x.cuda()), y.cuda())\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "    model.eval()\n"
+        "    for x, y in val_loader:  # expect: LA501\n"
+        "        val_loss = criterion(model(x.cuda()), y.cuda())\n",
+    )
+
+    node_types = (cst.For, cst.While)
+    needs_step = False
+    needs_cuda = False
+
+    def check(self, node, ctx):
+        steps = ctx.steps
+        loop = _loop_info(node, ctx)
+        if loop is None or not steps.is_step_loop(loop):
+            return
+        function = loop.function
+        if function is not None and _in_framework_code(function, ctx):
+            return
+        named = function is not None and _EVAL_FUNCTION.match(function.name) is not None
+        if not named and not _after_eval_mode(node, function.node if function else ctx.index.module, ctx):
+            return
+        forwards = [site for site in loop.all_calls if _is_forward(site.call, ctx)]
+        if not forwards:
+            return
+        if _needs_gradients(loop, ctx) or _grad_disabled_by_call(function.node if function else ctx.index.module, ctx):
+            return
+        if all(steps.under_no_grad(site.frame) for site in forwards):
+            return
+        why = f"`{function.name}()`" if named else "after `.eval()`"
+        yield Report(
+            node,
+            f"evaluation loop ({why}) runs the model with autograd recording: every forward saves "
+            f"activations for a backward that never comes; wrap it in `torch.no_grad()` / `torch.inference_mode()`",
+        )
+
+
+_LOOPS: dict[int, tuple[object, dict]] = {}
+
+
+def _loop_info(node, ctx):
+    key = id(ctx.index)
+    cached = _LOOPS.get(key)
+    if cached is None or cached[0] is not ctx.index:
+        _LOOPS.clear()
+        cached = (ctx.index, {id(loop.node): loop for loop in ctx.index.loops})
+        _LOOPS[key] = cached
+    return cached[1].get(id(node))
+
+
+def _in_framework_code(function, ctx) -> bool:
+    """A method of a Lightning module or HF Trainer, or a function only such methods call."""
+    cls = function.class_info
+    if cls is not None and ctx.steps.framework_of(cls) is not None:
+        return True
+    return ctx.steps.hook_name(function) is not None
+
+
+def _is_forward(call: cst.Call, ctx) -> bool:
+    func = call.func
+    if isinstance(func, cst.Name):
+        name = func.value
+    elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        name = func.attr.value
+    else:
+        return False
+    if name in ctx.index.classes or name == "self" or _NOT_A_MODEL.search(name) or ctx.qualified_name(func):
+        return False
+    return bool(FORWARD_CALLEE.search(name))
+
+
+def _needs_gradients(loop, ctx) -> bool:
+    for site in loop.all_calls:
+        call = site.call
+        if is_training_call(call, ctx.index.imports):
+            return True
+        qualified = ctx.qualified_name(call.func) or ""
+        if qualified in ("torch.autograd.grad", "torch.autograd.backward", "torch.enable_grad", "torch.func.grad"):
+            return True
+        if terminal_name(call.func) in ("requires_grad_", "enable_grad"):
+            return True
+        for function in ctx.steps.resolve(site):
+            if ctx.steps.trains(function) or ctx.steps.has_step_loop(function):
+                return True
+    for n in iter_subtree(loop.node):
+        if isinstance(n, cst.Attribute) and n.attr.value in ("requires_grad", "grad"):
+            return True
+    return False
+
+
+def _grad_disabled_by_call(root, ctx) -> bool:
+    """`torch.set_grad_enabled(False)` called as a statement in the function (or module)."""
+    for n in iter_subtree(root):
+        if isinstance(n, cst.Call):
+            qualified = ctx.qualified_name(n.func) or ""
+            if qualified in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") and n.args:
+                value = n.args[0].value
+                if isinstance(value, cst.Name) and value.value == "False":
+                    return True
+    return False
+
+
+def _after_eval_mode(loop_node, root, ctx) -> bool:
+    """Is the last mode switch before the loop, in source order in the same function, `.eval()`?"""
+    mode = None
+    for n in iter_subtree(root):
+        if n is loop_node:
+            return mode == "eval"
+        if isinstance(n, cst.FunctionDef) and n is not root:
+            continue  # a nested function's body runs elsewhere (iter_subtree still descends; harmless)
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute):
+            method = n.func.attr.value
+            if method == "eval" and not n.args:
+                mode = "eval"
+            elif method == "train":
+                first = n.args[0].value if n.args else None
+                if isinstance(first, cst.Name) and first.value == "False":
+                    mode = "eval"
+                elif first is None or (isinstance(first, cst.Name) and first.value == "True"):
+                    mode = "train"
+                else:
+                    mode = None  # `model.train(phase == "train")`: either
+    return False
