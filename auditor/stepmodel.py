@@ -245,21 +245,30 @@ class StepModel:
         return any(self.is_loader(expr, loop.scope) for expr in unwrap_iterable(loop.node.iter))
 
     def is_loader(self, expr: cst.BaseExpression, scope: Scope | None = None, depth: int = 0) -> bool:
-        """Does `expr` yield batches: a DataLoader, a loader-named value, or `iter()` of one?"""
+        """Does `expr` yield batches: a DataLoader, a loader-named value, or something wrapping one
+        (`iter(loader)`, `tqdm(enumerate(loader))`, `skip_first_batches(loader, n)`, `a if t else b`),
+        also through the names it is bound to (`active_dataloader = train_dataloader`)?"""
+        if depth > 4:
+            return False
         if isinstance(expr, cst.Subscript):
             return self.is_loader(expr.value, scope, depth)
+        if isinstance(expr, cst.IfExp):
+            return self.is_loader(expr.body, scope, depth + 1) or self.is_loader(expr.orelse, scope, depth + 1)
         if isinstance(expr, cst.Call):
             qualified = self.index.imports.qualify(expr.func) or ""
             name = terminal_name(expr.func) or ""
-            if name == "iter" and expr.args:
-                return self.is_loader(expr.args[0].value, scope, depth)
-            return qualified.endswith("DataLoader") or name.endswith("DataLoader") or bool(LOADER_NAME.search(name))
+            if qualified.endswith("DataLoader") or name.endswith("DataLoader") or LOADER_NAME.search(name):
+                return True
+            # A call wrapping a loader (not `len`/`range`, which turn it into a count).
+            return any(
+                self.is_loader(inner, scope, depth + 1) for inner in unwrap_iterable(expr)[1:]
+            )
         name = terminal_name(expr)
         if name is None:
             return False
         if LOADER_NAME.search(name):
             return True
-        if isinstance(expr, cst.Name) and scope is not None and depth < 3:
+        if isinstance(expr, cst.Name) and scope is not None:
             found = scope.lookup(name)
             if found is not None:
                 return any(

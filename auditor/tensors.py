@@ -220,6 +220,12 @@ class TensorInference:
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         return [(argument_for(function, name, site.call), site.scope) for site in function.call_sites[:8]]
 
+    @staticmethod
+    def _only_unpacked(name: str, scope: Scope) -> bool:
+        """Bound only by loops and unpacking: not re-assigned (`targets = [t.to(d) for t in targets]`)."""
+        found = scope.lookup(name)
+        return found is not None and bool(found[0]) and all(b.kind in ("loop", "element") for b in found[0])
+
     def _reaching(self, bindings: list[Binding]) -> list[Binding]:
         """When the name is the target of a loop around the place asked about, only the bindings
         inside that loop reach it: `for images, targets in val_loader:` sees its own `targets`, not
@@ -278,6 +284,10 @@ class TensorInference:
         ):
             # A DataLoader yields host tensors (pinned or not); the script moves them to the device.
             return Kind.HOST_TENSOR
+        if isinstance(iterable, cst.Name) and self._only_unpacked(iterable.value, scope):
+            if self.kind(iterable, scope, 6) is Kind.HOST_TENSOR:
+                # `for image in images` where `images` is (part of) a batch still on the host.
+                return Kind.HOST_TENSOR
         return Kind.UNKNOWN
 
     # --- attributes, subscripts ----------------------------------------------------------------
