@@ -122,7 +122,8 @@ def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool
         if found and found[0]:
             values = [b.value for b in found[0] if b.kind == "value"]
             if values and all(isinstance(v, (cst.SimpleString, cst.Call)) for v in values):
-                return all(_is_device_expression(v, ctx, depth + 1) for v in values)
+                # `device = "cpu"` ... `if cuda: device = "cuda"`: a move to it may reach the GPU.
+                return any(_is_device_expression(v, ctx, depth + 1) for v in values)
     lowered = name.lower()
     return any(hint in lowered for hint in _DEVICE_NAME_HINTS) and "dtype" not in lowered and "cpu" not in lowered
 
