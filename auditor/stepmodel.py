@@ -343,6 +343,12 @@ class StepModel:
         bindings, owner = found
         if expr.value == name and owner is scope:
             return True
+        if depth < 3 and any(
+            # `pbar = tqdm(train_loader)`, `it = iter(loader)`: a name bound to something wrapping ours
+            b.kind == "value" and any(self._refers_to(inner, name, scope, owner, depth + 1) for inner in unwrap_iterable(b.value))
+            for b in bindings
+        ):
+            return True
         if depth < 3 and not bindings and expr.value in owner.params and owner.function is not None:
             # a parameter: does any call site pass our name for it?
             function = self.function_info(owner.function)

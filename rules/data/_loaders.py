@@ -27,12 +27,23 @@ def is_dataloader(call: cst.Call, ctx) -> bool:
     return qualified.endswith(".DataLoader") and qualified.split(".")[0] in _LOADER_LIBRARIES
 
 
-def loader_argument(call: cst.Call, name: str):
+def loader_argument(call: cst.Call, name: str, ctx=None):
     """The expression passed for DataLoader parameter `name`; None when it is not passed (the default
-    applies); UNKNOWN when `*args`/`**kwargs` may pass it."""
+    applies); UNKNOWN when `*args`, or `**kwargs` we cannot read, may pass it.
+
+    `**kwargs` is read when `kwargs` is bound only to dict literals (also `{...} if use_cuda else {}`)
+    and updated only with dict literals or such names (`train_kwargs.update(cuda_kwargs)`), the
+    pattern of pytorch/examples."""
     position = _POSITIONS.get(name)
     index = 0
     for arg in call.args:
+        if arg.star == "**":
+            entries = _dict_entries(arg.value, ctx) if ctx is not None else None
+            if entries is None:
+                return UNKNOWN
+            if name in entries:
+                return entries[name]
+            continue
         if arg.star:
             return UNKNOWN
         if arg.keyword is not None:
@@ -42,6 +53,51 @@ def loader_argument(call: cst.Call, name: str):
             if index == position:
                 return arg.value
             index += 1
+    return None
+
+
+def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
+    """Key -> value expression of a dict we can read completely, else None."""
+    if depth > 3:
+        return None
+    if isinstance(expr, cst.Dict):
+        entries = {}
+        for element in expr.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None
+            entries[element.key.evaluated_value] = element.value
+        return entries
+    if isinstance(expr, cst.IfExp):
+        # `{"num_workers": 1, "pin_memory": True} if use_cuda else {}`: these rules are about the
+        # CUDA path, so a key set in either branch counts.
+        body, orelse = _dict_entries(expr.body, ctx, depth + 1), _dict_entries(expr.orelse, ctx, depth + 1)
+        return None if body is None or orelse is None else {**orelse, **body}
+    if isinstance(expr, cst.Name):
+        found = ctx.scope.lookup(expr.value)
+        if not found or not found[0]:
+            return None
+        entries: dict = {}
+        for binding in found[0]:
+            part = _dict_entries(binding.value, ctx, depth + 1) if binding.kind == "value" else None
+            if part is None:
+                return None
+            entries.update(part)
+        for site in ctx.index.calls:
+            func = site.call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in ("update", "setdefault", "pop", "__setitem__")
+                and isinstance(func.value, cst.Name)
+                and func.value.value == expr.value
+                and site.scope is found[1]
+            ):
+                if func.attr.value != "update" or len(site.call.args) != 1 or site.call.args[0].keyword:
+                    return None
+                part = _dict_entries(site.call.args[0].value, ctx, depth + 1)
+                if part is None:
+                    return None
+                entries.update(part)
+        return entries
     return None
 
 

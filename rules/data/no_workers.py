@@ -140,7 +140,7 @@ class TrainingLoaderWithoutWorkers(Rule):
     def check(self, node, ctx):
         if not is_dataloader(node, ctx):
             return
-        workers = loader_argument(node, "num_workers")
+        workers = loader_argument(node, "num_workers", ctx)
         if workers is UNKNOWN or (workers is not None and constant(workers, ctx) != 0):
             return
         if _in_memory_dataset(node, ctx) or not is_training_loader(node, ctx):

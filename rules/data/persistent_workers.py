@@ -96,6 +96,18 @@ class WorkersRespawnedEachEpoch(Rule):
         "for epoch in range(10):\n"
         "    train_one_epoch(model)\n"
         "    validate(model, val_loader)\n",
+        # Keyword arguments gathered in a dict, the pytorch/examples way.
+        "import torch\n"
+        "use_cuda = torch.cuda.is_available()\n"
+        "train_kwargs = {'batch_size': 64}\n"
+        "cuda_kwargs = {'num_workers': 1, 'pin_memory': True, 'shuffle': True} if use_cuda else {}\n"
+        "train_kwargs.update(cuda_kwargs)\n"
+        "train_loader = torch.utils.data.DataLoader(dataset, **train_kwargs)  # expect: LA204\n"
+        "for epoch in range(10):\n"
+        "    for x, y in train_loader:\n"
+        "        loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
     )
 
     node_types = (cst.Call,)
@@ -104,13 +116,13 @@ class WorkersRespawnedEachEpoch(Rule):
     def check(self, node, ctx):
         if not is_dataloader(node, ctx):
             return
-        workers = loader_argument(node, "num_workers")
+        workers = loader_argument(node, "num_workers", ctx)
         if workers is None or workers is UNKNOWN:
             return
         count = constant(workers, ctx)
         if type(count) is not int or count <= 0:
             return
-        persistent = loader_argument(node, "persistent_workers")
+        persistent = loader_argument(node, "persistent_workers", ctx)
         if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
             return
         if not any(ctx.steps.in_epoch_loop(loop) for loop in step_loops(node, ctx)):

@@ -108,7 +108,7 @@ class DataLoaderWithoutPinMemory(Rule):
     def check(self, node, ctx):
         if not is_dataloader(node, ctx):
             return
-        pin = loader_argument(node, "pin_memory")
+        pin = loader_argument(node, "pin_memory", ctx)
         if pin is UNKNOWN or (pin is not None and constant(pin, ctx) is not False):
             return
         if not step_loops(node, ctx):
