@@ -360,24 +360,11 @@ class StepModel:
                     return True
         return False
 
-    def in_epoch_loop(self, loop: LoopInfo, seen: frozenset = frozenset()) -> bool:
+    def in_epoch_loop(self, loop: LoopInfo) -> bool:
         """Is this loop run again and again: inside another loop, or in a function called from one?"""
-        frame = loop.frame.parent
-        while frame is not None:
-            if frame.kind is FrameKind.LOOP:
-                return True
-            if frame.kind is FrameKind.FUNCTION:
-                function = frame.function
-                if function is None or id(function) in seen:
-                    return False
-                return any(
-                    self._site_in_loop(site, seen | {id(function)}) for site in function.call_sites
-                )
-            frame = frame.parent
-        return False
+        return self._inside_loop(loop.frame.parent, frozenset())
 
-    def _site_in_loop(self, site: CallSite, seen: frozenset) -> bool:
-        frame: Frame | None = site.frame
+    def _inside_loop(self, frame: Frame | None, seen: frozenset) -> bool:
         while frame is not None:
             if frame.kind is FrameKind.LOOP:
                 return True
@@ -385,7 +372,7 @@ class StepModel:
                 function = frame.function
                 if function is None or id(function) in seen:
                     return False
-                return any(self._site_in_loop(s, seen | {id(function)}) for s in function.call_sites)
+                return any(self._inside_loop(site.frame, seen | {id(function)}) for site in function.call_sites)
             frame = frame.parent
         return False
 

@@ -34,12 +34,15 @@ def child_fields(node_type: type) -> tuple[str, ...]:
     return fields
 
 
-def iter_subtree(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node under `root` (itself included), parents before children, in source order."""
+def iter_subtree(root: cst.CSTNode, skip_inside: tuple[type, ...] = ()) -> Iterator[cst.CSTNode]:
+    """Every node under `root` (itself included), parents before children, in source order.
+    Nodes of the `skip_inside` types are yielded, but their children are not."""
     stack: list[cst.CSTNode] = [root]
     while stack:
         node = stack.pop()
         yield node
+        if skip_inside and isinstance(node, skip_inside):
+            continue
         children: list[cst.CSTNode] = []
         for name in child_fields(type(node)):
             value = getattr(node, name)

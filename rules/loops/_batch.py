@@ -17,7 +17,7 @@ import libcst as cst
 from loopaudit.module_index import LoopInfo, ModuleIndex, Scope
 from loopaudit.names import terminal_name
 from loopaudit.tensors import Kind
-from loopaudit.walk import child_fields, iter_subtree
+from loopaudit.walk import iter_subtree
 
 TENSORS = (Kind.TENSOR, Kind.HOST_TENSOR)
 _CONTAINER_NAME = re.compile(r"(?i)(^|_)(tuple|list|dict|items|pairs)s?($|_)")
@@ -35,20 +35,7 @@ def loop_info(index: ModuleIndex, node: cst.For | cst.While) -> LoopInfo | None:
 
 def body_nodes(loop: cst.For | cst.While):
     """Every node of the loop's body, not entering functions, classes or lambdas defined there."""
-    stack: list[cst.CSTNode] = [loop.body]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, _DEFERRED):
-            continue
-        children: list[cst.CSTNode] = []
-        for name in child_fields(type(node)):
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                children.append(value)
-            elif isinstance(value, (tuple, list)):
-                children.extend(item for item in value if isinstance(item, cst.CSTNode))
-        stack.extend(reversed(children))
+    return iter_subtree(loop.body, skip_inside=_DEFERRED)
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
