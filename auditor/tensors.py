@@ -21,6 +21,7 @@ from .module_index import Binding, Frame, FrameKind, LoopInfo, ModuleIndex, Scop
 from .names import terminal_name
 from .patterns import FORWARD_CALLEE
 from .stepmodel import StepModel, argument_for
+from .walk import iter_subtree
 
 
 class Kind(enum.Enum):
@@ -220,12 +221,6 @@ class TensorInference:
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         return [(argument_for(function, name, site.call), site.scope) for site in function.call_sites[:8]]
 
-    @staticmethod
-    def _only_unpacked(name: str, scope: Scope) -> bool:
-        """Bound only by loops and unpacking: not re-assigned (`targets = [t.to(d) for t in targets]`)."""
-        found = scope.lookup(name)
-        return found is not None and bool(found[0]) and all(b.kind in ("loop", "element") for b in found[0])
-
     def _reaching(self, bindings: list[Binding]) -> list[Binding]:
         """When the name is the target of a loop around the place asked about, only the bindings
         inside that loop reach it: `for images, targets in val_loader:` sees its own `targets`, not
@@ -284,11 +279,24 @@ class TensorInference:
         ):
             # A DataLoader yields host tensors (pinned or not); the script moves them to the device.
             return Kind.HOST_TENSOR
-        if isinstance(iterable, cst.Name) and self._only_unpacked(iterable.value, scope):
-            if self.kind(iterable, scope, 6) is Kind.HOST_TENSOR:
-                # `for image in images` where `images` is (part of) a batch still on the host.
-                return Kind.HOST_TENSOR
+        if isinstance(iterable, cst.Name) and self._batch_part_on_host(iterable, scope):
+            # `for image in images` where `images` is (part of) a batch still on the host.
+            return Kind.HOST_TENSOR
         return Kind.UNKNOWN
+
+    def _batch_part_on_host(self, iterable: cst.Name, scope: Scope) -> bool:
+        """Is the name iterated here bound only by loops and unpacking to host tensors? A binding
+        whose own value holds this loop does not count: in `images = [i.to(device) for i in images]`
+        the comprehension still reads the batch from the loader, not the moved list."""
+        found = scope.lookup(iterable.value)
+        if found is None or not found[0]:
+            return False
+        reaching = [b for b in found[0] if not _holds(b.value, iterable)]
+        if not reaching or any(b.kind not in ("loop", "element") for b in reaching):
+            return False
+        if len(reaching) == len(found[0]):
+            return self.kind(iterable, scope, 6) is Kind.HOST_TENSOR
+        return _merge([self._binding_kind(b, 6) for b in reaching]) is Kind.HOST_TENSOR
 
     # --- attributes, subscripts ----------------------------------------------------------------
 
@@ -436,6 +444,10 @@ def _within(inner: LoopInfo | None, outer: LoopInfo) -> bool:
             return True
         inner = inner.parent_loop
     return False
+
+
+def _holds(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(inner is node for inner in iter_subtree(root))
 
 
 def _merge(kinds: list[Kind]) -> Kind:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.module_index import FrameKind, LoopInfo
-from loopaudit.names import terminal_name
+from loopaudit.names import dotted_name, terminal_name
 from loopaudit.patterns import unwrap_iterable
 from loopaudit.tensors import Kind
+from loopaudit.walk import iter_subtree
 
 # Positions of DataLoader's positional parameters (persistent_workers is keyword-only).
 _POSITIONS = {"num_workers": 5, "pin_memory": 7}
@@ -132,6 +133,46 @@ def loop_trains(loop: LoopInfo, ctx) -> bool:
     return loop.trains_directly or any(
         ctx.steps.trains(function) for site in loop.direct_calls for function in ctx.steps.resolve(site)
     )
+
+
+# Lightning's hooks that hand it a loader to iterate: the training one at every epoch, the others at
+# every validation, test or predict run (which, for validation, is every epoch too).
+_LIGHTNING_LOADER_HOOKS = {
+    "train_dataloader": "train", "val_dataloader": "eval", "test_dataloader": "eval", "predict_dataloader": "eval",
+}
+
+
+def lightning_loader_role(call: cst.Call, ctx) -> str | None:
+    """"train" or "eval" for a DataLoader returned by a LightningModule's or LightningDataModule's
+    `train_dataloader()` / `val_dataloader()` / ..., which Lightning's own loop iterates; else None."""
+    frame = ctx.frame
+    while frame is not None and frame.kind is not FrameKind.FUNCTION:
+        frame = frame.parent
+    function = frame.function if frame is not None else None
+    role = _LIGHTNING_LOADER_HOOKS.get(function.name) if function is not None else None
+    if role is None or function.class_info is None or not _is_lightning_class(function.class_info, ctx):
+        return None
+    bound = ctx.index.bound_names.get(id(call))
+    for node in iter_subtree(function.node.body, skip_inside=(cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if isinstance(node, cst.Return) and node.value is not None:
+            if node.value is call or (
+                bound is not None and isinstance(node.value, cst.Name) and node.value.value == bound[0]
+            ):
+                return role
+    return None
+
+
+def _is_lightning_class(cls, ctx, depth: int = 0) -> bool:
+    if ctx.steps.framework_of(cls) == "LightningModule":
+        return True
+    for base in cls.bases:
+        name = ctx.index.imports.qualify(base) or dotted_name(base) or ""
+        if name.endswith("LightningDataModule"):
+            return True
+        parent = ctx.index.classes.get(terminal_name(base) or "")
+        if parent is not None and depth < 4 and _is_lightning_class(parent, ctx, depth + 1):
+            return True
+    return False
 
 
 def enclosing_function_name(loop: LoopInfo) -> str:

@@ -117,6 +117,19 @@ class BlockingBatchCopy(Rule):
         "with torch.no_grad():\n"
         "    for data, target in test_loader:\n"
         "        output = model(data.cuda())  # expect: LA202\n",
+        # Detection-style batches: lists of images and of target dicts, moved one by one.
+        "import torch\n"
+        "def train_one_epoch(model, optimizer, data_loader, device):\n"
+        "    for images, targets in data_loader:\n"
+        "        images = list(image.to(device) for image in images)  # expect: LA202\n"
+        "        targets = [{k: v.to(device) for k, v in t.items()} for t in targets]  # expect: LA202\n"
+        "        losses = sum(model(images, targets).values())\n"
+        "        losses.backward()\n"
+        "        optimizer.step()\n"
+        "model = torchvision.models.detection.fasterrcnn_resnet50_fpn().cuda()\n"
+        "loader = torch.utils.data.DataLoader(dataset, num_workers=4, pin_memory=True)\n"
+        "for epoch in range(10):\n"
+        "    train_one_epoch(model, optimizer, loader, torch.device('cuda'))\n",
     )
 
     node_types = (cst.Call,)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
+from loopaudit.walk import iter_subtree
 
 from ._loaders import moves_to_device
 
@@ -64,6 +65,32 @@ def _host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
             return None
         expr = expr.func.value
     return None
+
+
+def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
+    """`mask = torch.ones(n)` then `mask.cuda()` in the same loop iteration: a tensor made on the host
+    only to be moved. Only when the name is bound once and used nowhere else (filled on the host
+    element by element, say, it would be another matter)."""
+    if not isinstance(expr, cst.Name):
+        return None
+    found = ctx.scope.lookup(expr.value)
+    if found is None or found[1] is not ctx.scope or len(found[0]) != 1:
+        return None
+    binding = found[0][0]
+    if binding.kind != "value" or binding.loop is None or _innermost_loop(ctx.frame) is not binding.loop:
+        return None  # made before the loop: one copy a step, but not one creation a step
+    creation = _host_creation(binding.value, ctx)
+    if creation is None:
+        return None
+    body = ctx.scope.function or ctx.index.module
+    uses = sum(1 for node in iter_subtree(body) if isinstance(node, cst.Name) and node.value == expr.value)
+    return creation if uses == 2 else None
+
+
+def _innermost_loop(frame):
+    while frame is not None and frame.loop is None:
+        frame = frame.parent
+    return frame.loop if frame is not None else None
 
 
 class CreatedOnHostThenMoved(Rule):
@@ -138,6 +165,16 @@ class CreatedOnHostThenMoved(Rule):
         "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
+        # Filled on the host element by element before the copy: creating it on the device would
+        # turn each write into a kernel launch.
+        "import torch\n"
+        "for x, y in train_loader:\n"
+        "    onehot = torch.zeros(len(y), 10)\n"
+        "    for i, label in enumerate(y.tolist()):\n"
+        "        onehot[i, label] = 1.0\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), onehot.cuda())\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
     )
     invalid = (
         "import torch\n"
@@ -161,6 +198,15 @@ class CreatedOnHostThenMoved(Rule):
         "    loss = model(x.cuda(non_blocking=True)).sum()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
+        # Made under a name in the step, and used only to be moved.
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    x = x.cuda(non_blocking=True)\n"
+        "    weights = torch.ones(x.size(0))\n"
+        "    loss = (model(x) * weights.cuda()).sum()  # expect: LA205\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
     )
 
     node_types = (cst.Call,)
@@ -169,7 +215,7 @@ class CreatedOnHostThenMoved(Rule):
         receiver = moves_to_device(node, ctx)
         if receiver is None:
             return
-        creation = _host_creation(receiver, ctx)
+        creation = _host_creation(receiver, ctx) or _named_host_creation(receiver, ctx)
         if creation is None:
             return
         constant = (ctx.qualified_name(creation.func) or "").rsplit(".", 1)[-1] in _FROM_DATA

@@ -6,7 +6,10 @@ import libcst as cst
 
 from loopaudit.rule import Report, Rule
 
-from ._loaders import UNKNOWN, constant, enclosing_function_name, is_dataloader, loader_argument, loop_trains, step_loops
+from ._loaders import (
+    UNKNOWN, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
+    step_loops,
+)
 
 _TRAIN_NAME = re.compile(r"(?i)train")
 _IN_MEMORY_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
@@ -30,6 +33,8 @@ def _in_memory_dataset(call: cst.Call, ctx) -> bool:
 def is_training_loader(call: cst.Call, ctx) -> bool:
     """Iterated by a step loop that trains, or by a step loop in a function named like `train`, or bound
     to a name like `train_loader`."""
+    if lightning_loader_role(call, ctx) == "train":
+        return True
     loops = step_loops(call, ctx)
     if not loops:
         return False
@@ -132,6 +137,16 @@ class TrainingLoaderWithoutWorkers(Rule):
         "loader = DataLoader(images, batch_size=32, num_workers=0, pin_memory=True)  # expect: LA203\n"
         "for x, y in loader:\n"
         "    train_step(x, y)\n",
+        # Lightning iterates the loaders its hooks return: the training one at every epoch.
+        "import lightning as L\n"
+        "from torch.utils.data import DataLoader\n"
+        "class Data(L.LightningDataModule):\n"
+        "    def train_dataloader(self):\n"
+        "        return DataLoader(self.train_set, batch_size=64, shuffle=True, pin_memory=True)  # expect: LA203\n"
+        "class Model(L.LightningModule):\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        return self.loss(batch)\n"
+        "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
     )
 
     node_types = (cst.Call,)

@@ -4,7 +4,7 @@ import libcst as cst
 
 from loopaudit.rule import Report, Rule
 
-from ._loaders import UNKNOWN, constant, is_dataloader, loader_argument, step_loops
+from ._loaders import UNKNOWN, constant, is_dataloader, lightning_loader_role, loader_argument, step_loops
 
 
 class WorkersRespawnedEachEpoch(Rule):
@@ -108,6 +108,16 @@ class WorkersRespawnedEachEpoch(Rule):
         "        loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
         "        loss.backward()\n"
         "        optimizer.step()\n",
+        # Lightning iterates the loaders its hooks return: the training one at every epoch.
+        "import lightning as L\n"
+        "from torch.utils.data import DataLoader\n"
+        "class Data(L.LightningDataModule):\n"
+        "    def train_dataloader(self):\n"
+        "        return DataLoader(self.train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)  # expect: LA204\n"
+        "class Model(L.LightningModule):\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        return self.loss(batch)\n"
+        "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
     )
 
     node_types = (cst.Call,)
@@ -125,7 +135,9 @@ class WorkersRespawnedEachEpoch(Rule):
         persistent = loader_argument(node, "persistent_workers", ctx)
         if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
             return
-        if not any(ctx.steps.in_epoch_loop(loop) for loop in step_loops(node, ctx)):
+        if lightning_loader_role(node, ctx) is None and not any(
+            ctx.steps.in_epoch_loop(loop) for loop in step_loops(node, ctx)
+        ):
             return
         yield Report(
             node,

@@ -4,7 +4,7 @@ import libcst as cst
 
 from loopaudit.rule import Report, Rule
 
-from ._loaders import UNKNOWN, constant, is_dataloader, loader_argument, step_loops
+from ._loaders import UNKNOWN, constant, is_dataloader, lightning_loader_role, loader_argument, step_loops
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -100,6 +100,16 @@ class DataLoaderWithoutPinMemory(Rule):
         "            logits = model(images.cuda(non_blocking=True))\n"
         "test_loader = data.DataLoader(test_set, batch_size=512, pin_memory=False)  # expect: LA201\n"
         "evaluate(model, test_loader)\n",
+        # Lightning iterates the loaders its hooks return: the training one at every epoch.
+        "import lightning as L\n"
+        "from torch.utils.data import DataLoader\n"
+        "class Data(L.LightningDataModule):\n"
+        "    def train_dataloader(self):\n"
+        "        return DataLoader(self.train_set, batch_size=64, shuffle=True, num_workers=8, persistent_workers=True)  # expect: LA201\n"
+        "class Model(L.LightningModule):\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        return self.loss(batch)\n"
+        "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
     )
 
     node_types = (cst.Call,)
@@ -111,7 +121,7 @@ class DataLoaderWithoutPinMemory(Rule):
         pin = loader_argument(node, "pin_memory", ctx)
         if pin is UNKNOWN or (pin is not None and constant(pin, ctx) is not False):
             return
-        if not step_loops(node, ctx):
+        if not step_loops(node, ctx) and lightning_loader_role(node, ctx) is None:
             return
         what = "without `pin_memory=True`" if pin is None else "with `pin_memory=False`"
         yield Report(
