@@ -1,7 +1,8 @@
 """Does this module put work on a CUDA device?
 
 A host-device sync only costs something when there is a device to wait for. A module targets CUDA
-when it calls `.cuda()`; wraps a model in `DataParallel` or `DistributedDataParallel(device_ids=...)`;
+when it calls `.cuda()` or passes `non_blocking=True` / `pin_memory=True` (options that only matter
+with a GPU); wraps a model in `DataParallel` or `DistributedDataParallel(device_ids=...)`;
 lets a framework pick the accelerator (accelerate's `Accelerator`, Lightning's `Fabric` or a
 `LightningModule`, an HF `Trainer` subclass); or both names CUDA (a `"cuda"`/`"cuda:0"`/
 `f"cuda:{rank}"`/`"nccl"` literal, any use of `torch.cuda`) and moves something to a device
@@ -48,7 +49,7 @@ def _pins_cpu(call) -> bool:
 
 
 def targets_cuda(index: ModuleIndex, steps: StepModel) -> bool:
-    if index.cuda_method_calls:
+    if index.cuda_method_calls or index.gpu_only_options:
         return True
     framework_device = steps.has_framework_classes()
     for call in index.constructor_calls:

@@ -166,6 +166,7 @@ class ModuleIndex:
     calls: list[CallSite] = field(default_factory=list)
     cuda_strings: bool = False  # a "cuda..." or "nccl" literal
     cuda_method_calls: bool = False  # `x.cuda()`
+    gpu_only_options: bool = False  # `non_blocking=True` or `pin_memory=True`: useful only with a GPU
     cuda_attributes: list[cst.Attribute] = field(default_factory=list)  # `<something>.cuda`, resolved later
     constructor_calls: list[cst.Call] = field(default_factory=list)  # calls of capitalised names
     stored_subscripts: set[int] = field(default_factory=set)  # ids of `x[i]` written to, not read
@@ -294,6 +295,12 @@ class _Indexer:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             self.index.cuda_method_calls = True
+        if any(
+            arg.keyword is not None and arg.keyword.value in ("non_blocking", "pin_memory")
+            and isinstance(arg.value, cst.Name) and arg.value.value == "True"
+            for arg in node.args
+        ):
+            self.index.gpu_only_options = True
         if (isinstance(func, cst.Attribute) and func.attr.value == "to") or any(
             arg.keyword is not None and arg.keyword.value in ("device", "device_ids") for arg in node.args
         ):

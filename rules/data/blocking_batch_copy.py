@@ -130,6 +130,14 @@ class BlockingBatchCopy(Rule):
         "loader = torch.utils.data.DataLoader(dataset, num_workers=4, pin_memory=True)\n"
         "for epoch in range(10):\n"
         "    train_one_epoch(model, optimizer, loader, torch.device('cuda'))\n",
+        # Nothing names CUDA, but `non_blocking=True` only matters with a GPU (yolov5's val.py).
+        "import torch\n"
+        "@torch.no_grad()\n"
+        "def run(model, dataloader, device):\n"
+        "    for batch_i, (im, targets, paths, shapes) in enumerate(dataloader):\n"
+        "        im = im.to(device, non_blocking=True)\n"
+        "        targets = targets.to(device)  # expect: LA202\n"
+        "        preds = model(im)\n",
     )
 
     node_types = (cst.Call,)
