@@ -15,6 +15,7 @@ The records hold syntax nodes, so their dataclasses have no generated repr (it w
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -77,6 +78,9 @@ class Scope:
         return None
 
 
+_BINDING_ORDER = itertools.count()
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Binding:
     """One way a name got its value.
@@ -93,6 +97,8 @@ class Binding:
     # The innermost loop (of the same function) the binding happens in; for a `for` target, that
     # loop itself. Lets `targets` in a validation loop be told from `targets` in the training loop.
     loop: LoopInfo | None = None
+    # Increases in source order (bindings are made as the walk meets them): which came first.
+    order: int = field(default_factory=lambda: next(_BINDING_ORDER))
 
 
 @dataclass(eq=False, repr=False)

@@ -21,7 +21,11 @@ _OPTIMIZER_NAME = re.compile(r"(?i)(optim|^opt(_|$)|_opt$|^opt\d|scaler)")
 _SCHEDULER_NAME = re.compile(r"(?i)sched")
 
 # Names of iterables that yield batches: train_loader, dataloaders[phase], self.val_dl, batches.
-LOADER_NAME = re.compile(r"(?i)(loader|^dl$|_dl$|^dl_|data_?iter|batch_?iter|prefetcher|^batch_generator$)")
+# torchtext's iterators go by train_iter / val_iter.
+LOADER_NAME = re.compile(
+    r"(?i)(loader|^dl$|_dl$|^dl_|data_?iter|batch_?iter|prefetcher|^batch_generator$"
+    r"|^(train|val|valid|validation|test|eval|dev)_?iter(ator)?$)"
+)
 # Loop variables that count steps: `for step in ...`, `for it in ...`, `for batch_idx in ...`.
 STEP_VARIABLE = re.compile(
     r"(?i)^(step|steps|it|iter|iteration|itr|i_?iter|iter_?num|global_step|.*_step|step_.*|"

@@ -20,7 +20,8 @@ _STEP_HINT = re.compile(
     r"\bDataLoader\b|"
     r"\b(?:training_step|validation_step|test_step|predict_step|compute_loss|prediction_step|"
     r"on_train_batch_end|on_train_batch_start|on_step_end)\b|"
-    r"^[ \t]*(?:async[ \t]+)?for\b[^\n]*\bin\b[^\n]*(?:[lL]oader|_dl\b|\bdl\b|data_?iter|prefetcher)|"
+    r"^[ \t]*(?:async[ \t]+)?for\b[^\n]*\bin\b[^\n]*(?:[lL]oader|_dl\b|\bdl\b|data_?iter|prefetcher|"
+    r"\b(?:train|val|valid|validation|test|eval|dev)_?iter(?:ator)?\b)|"
     r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:range|trange|tqdm|enumerate)\([^\n]*(?:steps?\b|iters?\b|iterations\b|batches\b|iter_num)|"
     r"^[ \t]*for[ \t]+(?:step|it|iter|iteration|global_step|batch_?idx|\w+_step)[ \t]+in[ \t]+(?:range|trange)\(|"
     r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)",
@@ -29,7 +30,9 @@ _STEP_HINT = re.compile(
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
 _BATCH_SOURCE = re.compile(r"[lL]oader|get_batch|next_batch|fetch_batch|data_?iter|prefetcher")
 # Everything device.py accepts as a sign of CUDA must pass here too.
-_CUDA_HINT = re.compile(r"cuda|nccl|Accelerator|Fabric|Lightning|Trainer|DataParallel|Callback")
+_CUDA_HINT = re.compile(
+    r"cuda|nccl|Accelerator|Fabric|Lightning|Trainer|DataParallel|Callback|(?:non_blocking|pin_memory)\s*=\s*True"
+)
 
 
 def may_contain_findings(

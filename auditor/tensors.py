@@ -221,6 +221,19 @@ class TensorInference:
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         return [(argument_for(function, name, site.call), site.scope) for site in function.call_sites[:8]]
 
+    def reaching_bindings(self, bindings: list[Binding], frame: Frame | None) -> list[Binding]:
+        """The bindings of a name that reach an expression in `frame` (see `_reaching`)."""
+        saved = self._where
+        self._where = _innermost_loop(frame)
+        try:
+            return self._reaching(bindings)
+        finally:
+            self._where = saved
+
+    def binding_kind(self, binding: Binding) -> Kind:
+        """The kind of the value one binding gives its name."""
+        return self._binding_kind(binding, 1)
+
     def _reaching(self, bindings: list[Binding]) -> list[Binding]:
         """When the name is the target of a loop around the place asked about, only the bindings
         inside that loop reach it: `for images, targets in val_loader:` sees its own `targets`, not
@@ -312,6 +325,8 @@ class TensorInference:
             return self._self_attribute_kind(attr, scope, depth)
         if attr in _TENSOR_ATTRIBUTES:
             return Kind.TENSOR
+        if self.kind(expr.value, scope, depth) is Kind.HOST_TENSOR:
+            return Kind.HOST_TENSOR  # a field of a batch still on the host: torchtext's `batch.src`
         return Kind.UNKNOWN
 
     def _self_attribute_kind(self, attr: str, scope: Scope, depth: int) -> Kind:
@@ -402,6 +417,9 @@ class TensorInference:
         if qualified.startswith(_TORCH_NON_TENSOR_PREFIXES) or _TORCH_NON_TENSOR_FUNCTIONS.match(qualified):
             return Kind.NOT_TENSOR
         last = qualified.rsplit(".", 1)[-1]
+        if last == "Variable":  # torch.autograd.Variable(x): x itself since torch 0.4
+            first = next((arg.value for arg in call.args if arg.keyword is None), None)
+            return self.kind(first, scope, depth) if first is not None else Kind.UNKNOWN
         if last[:1].isupper() and not last.endswith("Tensor"):
             return Kind.NOT_TENSOR  # constructing an object: SummaryWriter, GradScaler, Linear
         if qualified.count(".") == 1 and last in _TORCH_CREATION:

@@ -104,6 +104,8 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
 
 def constant(expr, ctx, depth: int = 0):
     """The value of a literal (`True`, `0`, `4`), or of a name bound only to the same literal; else UNKNOWN."""
+    if isinstance(expr, cst.Call) and terminal_name(expr.func) == "int" and len(expr.args) == 1:
+        return constant(expr.args[0].value, ctx, depth)  # `num_workers=int(opt.workers)`
     if isinstance(expr, cst.Name):
         if expr.value in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[expr.value]
@@ -121,6 +123,44 @@ def constant(expr, ctx, depth: int = 0):
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
         return -int(expr.expression.evaluated_value)
     return UNKNOWN
+
+
+def command_line_default(expr, ctx):
+    """`args.workers` -> 4 when the module declares `parser.add_argument("-j", "--workers", default=4)`
+    (once, with a literal default): what the script runs with unless told otherwise. Else UNKNOWN."""
+    if isinstance(expr, cst.Call) and terminal_name(expr.func) == "int" and len(expr.args) == 1:
+        expr = expr.args[0].value
+    if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
+        return UNKNOWN
+    return _argparse_defaults(ctx).get(expr.attr.value, UNKNOWN)
+
+
+def _argparse_defaults(ctx) -> dict:
+    cached = getattr(ctx.index, "_la2_argparse_defaults", None)
+    if cached is not None:
+        return cached
+    defaults: dict = {}
+    for site in ctx.index.calls:
+        call = site.call
+        if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_argument":
+            continue
+        options = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        dest_expr = keywords.get("dest")
+        if isinstance(dest_expr, cst.SimpleString):
+            dest = dest_expr.evaluated_value
+        else:
+            long_options = [o for o in options if isinstance(o, str) and o.startswith("--")]
+            dest = long_options[0][2:].replace("-", "_") if long_options else None
+        if not dest:
+            continue
+        default = keywords.get("default")
+        value = constant(default, ctx, depth=2) if default is not None else UNKNOWN
+        if dest in defaults and defaults[dest] != value:
+            value = UNKNOWN  # declared twice with different defaults
+        defaults[dest] = value
+    ctx.index._la2_argparse_defaults = defaults  # computed once per file
+    return defaults
 
 
 def step_loops(call: cst.Call, ctx) -> list[LoopInfo]:
@@ -254,9 +294,19 @@ def moves_to_device(call: cst.Call, ctx) -> cst.BaseExpression | None:
 
 
 def _moves_itself(value: cst.BaseExpression, name: str) -> bool:
-    """`x.to(device)`, `x.cuda().float()`: a binding of `x` that is `x` moved to the device."""
+    """`x.to(device)`, `x.cuda().float()`, `Variable(x.data.cuda())`: a binding of `x` that is `x`
+    moved to the device."""
+    if isinstance(value, cst.Call) and terminal_name(value.func) == "Variable" and value.args:
+        value = value.args[0].value  # the pre-0.4 wrapper, a no-op today
     moved = False
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+    while isinstance(value, (cst.Call, cst.Attribute)):
+        if isinstance(value, cst.Attribute):
+            if value.attr.value != "data":
+                break
+            value = value.value
+            continue
+        if not isinstance(value.func, cst.Attribute):
+            break
         moved = moved or value.func.attr.value in ("to", "cuda")
         value = value.func.value
     return moved and isinstance(value, cst.Name) and value.value == name
@@ -268,6 +318,8 @@ def is_host_batch(expr: cst.BaseExpression, ctx) -> bool:
     Tensor inference merges every binding of a name, so in `for x, y in loader: x = x.to(device)` the
     name `x` counts as a device tensor everywhere. Here the bindings that are the name's own move to
     the device are left out, so the receiver of that move is still seen as the host batch it is."""
+    while isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        expr = expr.value  # `src.data.cuda()`: the same storage
     origins = _origins(expr, ctx)
     if any(_computed_by_torch(origin, ctx) for origin in origins):
         return False  # made by the script (`torch.tensor(state)`, `torch.triu(...)`), not drawn from a loader
@@ -285,14 +337,30 @@ def is_host_batch(expr: cst.BaseExpression, ctx) -> bool:
     if not found:
         return False
     bindings, owner = found
-    others = [b for b in bindings if not _moves_itself(b.value, expr.value)]
-    if not others or len(others) == len(bindings) or expr.value in owner.params:
+    bindings = ctx.tensors.reaching_bindings(bindings, ctx.frame)  # `x` of this loop, not a later `x = ...`
+    moves = [b for b in bindings if _moves_itself(b.value, expr.value)]
+    others = [b for b in bindings if b not in moves]
+    if not others or not moves or expr.value in owner.params:
         return False
-    binding_kind = getattr(ctx.tensors, "_binding_kind", None)  # engine internals; see the report
-    if binding_kind is None:
-        return False
-    kinds = [binding_kind(b, 1) for b in others]
+    loop = next((b.loop for b in others if b.kind == "loop" and b.loop is not None), None)
+    if loop is not None:
+        # In `for imgs, caps in loader: imgs = imgs.to(device); imgs = encoder(imgs)`, what the loop
+        # body binds after the move cannot reach it: the next iteration binds the loop target first.
+        first_move = min(b.order for b in moves)
+        others = [b for b in others if b.kind == "loop" or b.loop is None or b.order < first_move]
+    # `images = torch.cat(images)` reshapes the batch it was bound to: it is as much on the host.
+    kinds = [Kind.HOST_TENSOR if _reshapes_itself(b, expr.value, ctx) else ctx.tensors.binding_kind(b) for b in others]
     return Kind.HOST_TENSOR in kinds and all(k in (Kind.HOST_TENSOR, Kind.NOT_TENSOR) for k in kinds)
+
+
+def _reshapes_itself(binding, name: str, ctx) -> bool:
+    value = binding.value
+    if binding.kind != "value" or not isinstance(value, cst.Call) or _is_factory(value, ctx):
+        return False
+    if not (ctx.qualified_name(value.func) or "").startswith("torch."):
+        return False
+    first = next((arg.value for arg in value.args if arg.keyword is None and not arg.star), None)
+    return isinstance(first, cst.Name) and first.value == name
 
 
 _FACTORIES = frozenset({
@@ -303,13 +371,25 @@ _FACTORIES = frozenset({
 _PREPARE_METHODS = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
 
 
-def _computed_by_torch(expr: cst.BaseExpression, ctx) -> bool:
-    """A tensor the script computes with a torch function (`torch.tensor(state)`, `torch.triu(m)`);
-    `torch.utils.data.DataLoader(...)`, the source of batches, is not one."""
+def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozenset()) -> bool:
+    """A tensor the script computes with a torch function (`torch.tensor(state)`,
+    `torch.triu(torch.ones(n, n))`); `torch.utils.data.DataLoader(...)`, the source of batches, is
+    not one, nor is a torch function of batch data (`torch.cat(images)`, `Variable(inputs)`)."""
     if not isinstance(expr, cst.Call):
         return False
     qualified = ctx.qualified_name(expr.func) or ""
-    return qualified.startswith("torch.") and not qualified.startswith("torch.utils.")
+    if not qualified.startswith("torch.") or qualified.startswith("torch.utils."):
+        return False
+    first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
+    if _is_factory(expr, ctx) or first is None or len(seen) > 3:
+        return True
+    seen = seen | {id(expr)}
+    origins = [origin for origin in _origins(first, ctx) if id(origin) not in seen]  # `x = torch.cat(x)`
+    return all(_computed_by_torch(origin, ctx, seen) or _is_constant_data(origin) for origin in origins)
+
+
+def _is_constant_data(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.List, cst.Tuple, cst.ListComp))
 
 
 def _is_factory(expr: cst.BaseExpression, ctx) -> bool:

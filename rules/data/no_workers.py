@@ -7,7 +7,7 @@ import libcst as cst
 from loopaudit.rule import Report, Rule
 
 from ._loaders import (
-    UNKNOWN, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
+    UNKNOWN, command_line_default, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
     step_loops,
 )
 
@@ -58,9 +58,10 @@ class TrainingLoaderWithoutWorkers(Rule):
         "A `DataLoader(...)` of a CUDA script that feeds a training loop (a step loop that calls "
         "`backward()` or `optimizer.step()`, directly or through a function it calls; or a step loop in a "
         "function named like `train`; or a loader bound to a name like `train_loader`), when "
-        "`num_workers` is not passed or is 0. Values that cannot be read statically "
-        "(`num_workers=args.workers`) are not flagged, nor are loaders over a `TensorDataset`, whose "
-        "samples are slices of tensors already in memory."
+        "`num_workers` is not passed or is 0 (also a command-line option whose declared default is 0). "
+        "The loader a LightningModule or LightningDataModule returns from `train_dataloader()` counts. "
+        "Values that cannot be read statically (`num_workers=cfg.workers`) are not flagged, nor are "
+        "loaders over a `TensorDataset`, whose samples are slices of tensors already in memory."
     )
     why_it_costs = (
         "With `num_workers=0` (the default) the DataLoader fetches, decodes, augments and collates each "
@@ -147,6 +148,18 @@ class TrainingLoaderWithoutWorkers(Rule):
         "    def training_step(self, batch, batch_idx):\n"
         "        return self.loss(batch)\n"
         "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
+        # The worker count comes from the command line, whose declared default is 0.
+        "import argparse\n"
+        "import torch\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--workers', type=int, default=0)\n"
+        "args = parser.parse_args()\n"
+        "train_loader = torch.utils.data.DataLoader(dataset, num_workers=args.workers, pin_memory=True)  # expect: LA203\n"
+        "model = Net().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
     )
 
     node_types = (cst.Call,)
@@ -156,11 +169,22 @@ class TrainingLoaderWithoutWorkers(Rule):
         if not is_dataloader(node, ctx):
             return
         workers = loader_argument(node, "num_workers", ctx)
-        if workers is UNKNOWN or (workers is not None and constant(workers, ctx) != 0):
+        if workers is UNKNOWN:
             return
+        if workers is not None:
+            count = constant(workers, ctx)
+            if count is UNKNOWN:
+                count = command_line_default(workers, ctx)  # `num_workers=args.workers`, default 0
+            if count != 0:
+                return
         if _in_memory_dataset(node, ctx) or not is_training_loader(node, ctx):
             return
-        what = "without `num_workers`" if workers is None else "with `num_workers=0`"
+        if workers is None:
+            what = "without `num_workers`"
+        elif isinstance(workers, cst.Integer) or constant(workers, ctx) == 0:
+            what = "with `num_workers=0`"
+        else:
+            what = f"with `num_workers={ctx.source(workers)}`, 0 by default"
         yield Report(
             node,
             f"`{ctx.source(node.func)}(...)` feeds a training loop {what}: every batch is loaded in the "

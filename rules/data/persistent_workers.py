@@ -2,9 +2,41 @@ from __future__ import annotations
 
 import libcst as cst
 
+from loopaudit.module_index import FrameKind
 from loopaudit.rule import Report, Rule
 
-from ._loaders import UNKNOWN, constant, is_dataloader, lightning_loader_role, loader_argument, step_loops
+from ._loaders import UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, step_loops
+
+
+def _reused_across_epochs(loop, ctx) -> bool:
+    """Is the loader made once and iterated again and again? Some loop must repeat the iteration
+    without repeating the `DataLoader(...)` call: a loader built inside `validate()` is a new one at
+    every call, and keeping its workers alive would not help."""
+    around_creation = set()
+    frame = ctx.frame
+    while frame is not None and frame.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
+        around_creation.add(id(frame))
+        frame = frame.parent
+    return _repeated_without(loop.frame.parent, frame, around_creation, frozenset())
+
+
+def _repeated_without(frame, creating_function, around_creation: set, seen: frozenset) -> bool:
+    while frame is not None:
+        if frame.kind is FrameKind.LOOP and id(frame) not in around_creation:
+            return True
+        if frame is creating_function:
+            return False
+        if frame.kind is FrameKind.FUNCTION:
+            # The loader was passed in: is this function called from a loop, the creator's excepted?
+            function = frame.function
+            if function is None or id(function) in seen:
+                return False
+            return any(
+                _repeated_without(site.frame, creating_function, around_creation, seen | {id(function)})
+                for site in function.call_sites
+            )
+        frame = frame.parent
+    return False
 
 
 class WorkersRespawnedEachEpoch(Rule):
@@ -14,11 +46,15 @@ class WorkersRespawnedEachEpoch(Rule):
     message = "this DataLoader starts its worker processes again at every epoch: the GPU waits while they start"
     suggestion = "pass `persistent_workers=True` so the workers (and the dataset copies they hold) live across epochs"
     what_it_flags = (
-        "A `DataLoader(...)` of a CUDA script with a `num_workers` that is a positive number (a literal, or "
-        "a name bound only to one), when `persistent_workers` is not passed or is `False`, and a step loop "
-        "iterates the loader again and again: inside an epoch loop, or in a function called from one. "
-        "Values that cannot be read statically (`num_workers=args.workers`, "
-        "`persistent_workers=args.persistent`) are not flagged."
+        "A `DataLoader(...)` of a CUDA script with a `num_workers` that is a positive number (a literal, "
+        "a name bound only to one, or a command-line option whose `add_argument(..., default=4)` the "
+        "script declares), when `persistent_workers` is not passed or is `False`, and a step loop "
+        "iterates the same loader object again and again: inside an epoch loop, or in a function called "
+        "from one. Also the loaders a LightningModule or LightningDataModule returns from "
+        "`train_dataloader()` / `val_dataloader()`. A loader built anew at each call (inside "
+        "`validate()`) is not flagged: its workers could not be kept anyway. Values that cannot be "
+        "read statically (`num_workers=cfg.workers`, `persistent_workers=args.persistent`) are not "
+        "flagged."
     )
     why_it_costs = (
         "Each `for batch in loader:` calls `iter(loader)`. With `num_workers > 0` and "
@@ -73,6 +109,16 @@ class WorkersRespawnedEachEpoch(Rule):
         "        loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
         "        loss.backward()\n"
         "        optimizer.step()\n",
+        # Built anew at each call of validate(): there are no workers to keep between calls.
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "def validate(dataset):\n"
+        "    loader = torch.utils.data.DataLoader(dataset, num_workers=4, pin_memory=True)\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            model(x.cuda(non_blocking=True))\n"
+        "for epoch in range(90):\n"
+        "    validate(val_set)\n",
     )
     invalid = (
         "import torch\n"
@@ -118,6 +164,19 @@ class WorkersRespawnedEachEpoch(Rule):
         "    def training_step(self, batch, batch_idx):\n"
         "        return self.loss(batch)\n"
         "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
+        # The worker count comes from the command line, whose declared default is 4.
+        "import argparse\n"
+        "import torch\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('-j', '--workers', type=int, default=4)\n"
+        "args = parser.parse_args()\n"
+        "loader = torch.utils.data.DataLoader(dataset, num_workers=args.workers, pin_memory=True)  # expect: LA204\n"
+        "model = Net().cuda()\n"
+        "for epoch in range(90):\n"
+        "    for x, y in loader:\n"
+        "        loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
     )
 
     node_types = (cst.Call,)
@@ -130,14 +189,26 @@ class WorkersRespawnedEachEpoch(Rule):
         if workers is None or workers is UNKNOWN:
             return
         count = constant(workers, ctx)
+        from_command_line = count is UNKNOWN
+        if from_command_line:
+            count = command_line_default(workers, ctx)  # `num_workers=args.workers`, default 4
         if type(count) is not int or count <= 0:
             return
         persistent = loader_argument(node, "persistent_workers", ctx)
         if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
             return
         if lightning_loader_role(node, ctx) is None and not any(
-            ctx.steps.in_epoch_loop(loop) for loop in step_loops(node, ctx)
+            _reused_across_epochs(loop, ctx) for loop in step_loops(node, ctx)
         ):
+            return
+        if from_command_line:
+            workers_text = ctx.source(workers)
+            yield Report(
+                node,
+                f"`{ctx.source(node.func)}(..., num_workers={workers_text})` is iterated every epoch without "
+                f"`persistent_workers=True`: its worker processes ({count} by default) are started again at "
+                f"each epoch; pass `persistent_workers={workers_text} > 0`",
+            )
             return
         yield Report(
             node,

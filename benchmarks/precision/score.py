@@ -1,0 +1,96 @@
+"""Score loopaudit's findings against hand labels on real training scripts written by others.
+
+The scripts themselves are not in this repository (they are other people's code): each corpus
+folder holds them next to a `manifest.json` (where each file comes from: repository, path, commit)
+and a `labels.json` ({"file.py": [{"code": "LA202", "line": 12, "note": "..."}], "file.py#ambiguous":
+[...]}). `benchmarks/precision/corpora/` keeps the manifests and labels, so a corpus can be fetched
+again from the same commits and re-scored.
+
+A finding matches a label of the same code within one line (a multi-line statement may be reported
+at its first line and labelled at another). Findings that match an ambiguous label count neither way.
+
+    python benchmarks/precision/score.py CORPUS_DIR [CORPUS_DIR ...] [--codes LA2,LA3] [--show]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _findings(folder: Path) -> list[dict]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "loopaudit", "scan", str(folder), "--output-format", "json"],
+        capture_output=True, text=True, check=False,
+    )
+    if completed.returncode not in (0, 1):
+        raise SystemExit(f"loopaudit failed on {folder}:\n{completed.stderr}")
+    return json.loads(completed.stdout)
+
+
+def _family(code: str) -> str:
+    return code[:3] + "xx"
+
+
+def score(folders: list[Path], prefixes: tuple[str, ...], show: bool) -> dict:
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for folder in folders:
+        labels = json.loads((folder / "labels.json").read_text())
+        findings = _findings(folder)
+        by_file: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        for finding in findings:
+            name = Path(finding["filename"]).name
+            by_file[name].append((finding["code"], finding["location"]["row"]))
+        for name in sorted(k for k in labels if not k.endswith("#ambiguous")):
+            wanted = [(l["code"], l["line"]) for l in labels[name] if l["code"].startswith(prefixes)]
+            ambiguous = [(l["code"], l["line"]) for l in labels.get(name + "#ambiguous", [])]
+            found = [f for f in by_file.get(name, []) if f[0].startswith(prefixes)]
+            unmatched = list(wanted)
+            for code, row in found:
+                hit = next((w for w in unmatched if w[0] == code and abs(w[1] - row) <= 1), None)
+                if hit is not None:
+                    unmatched.remove(hit)
+                    counts[_family(code)]["tp"] += 1
+                elif any(a[0] == code and abs(a[1] - row) <= 1 for a in ambiguous):
+                    counts[_family(code)]["ambiguous"] += 1
+                elif any(w[0] == code and abs(w[1] - row) <= 1 for w in wanted):
+                    counts[_family(code)]["duplicate"] += 1  # a second finding on a labelled line
+                else:
+                    counts[_family(code)]["fp"] += 1
+                    if show:
+                        print(f"FP {folder.name}/{name}:{row} {code}")
+            for code, row in unmatched:
+                counts[_family(code)]["fn"] += 1
+                if show:
+                    print(f"FN {folder.name}/{name}:{row} {code}")
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--codes", default="LA", help="comma-separated code prefixes to score, e.g. LA2,LA3")
+    parser.add_argument("--show", action="store_true", help="list every false positive and miss")
+    args = parser.parse_args()
+    counts = score(args.folders, tuple(args.codes.split(",")), args.show)
+    total = collections.Counter()
+    print(f"{'family':8} {'tp':>4} {'fp':>4} {'fn':>4} {'precision':>9} {'recall':>7}")
+    for family in sorted(counts):
+        total.update(counts[family])
+        _row(family, counts[family])
+    _row("all", total)
+
+
+def _row(name: str, c: collections.Counter) -> None:
+    tp, fp, fn = c["tp"], c["fp"], c["fn"]
+    precision = tp / (tp + fp) if tp + fp else float("nan")
+    recall = tp / (tp + fn) if tp + fn else float("nan")
+    print(f"{name:8} {tp:4} {fp:4} {fn:4} {precision:9.2f} {recall:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
