@@ -1,0 +1,77 @@
+"""The process the audited script runs in: `python -m loopaudit.profiling.child CONFIG SCRIPT [ARGS...]`.
+
+It makes the script see what `python SCRIPT ARGS...` would give it (`__name__ == "__main__"`,
+`sys.argv`, `sys.path[0]` the script's folder, the same working directory), installs the probe, and
+runs it. A crash in the script ends this process, never the auditor, which reads the report file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import traceback
+
+EXIT_SCRIPT_FAILED = 1
+
+
+def main() -> tuple[int, bool]:
+    """The exit status for the script, and whether the probe stopped it."""
+    config_path, script, *script_args = sys.argv[1:]
+    with open(config_path, encoding="utf-8") as stream:
+        config = json.load(stream)
+    sys.argv = [script, *script_args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+
+    from .probe import AuditComplete, Probe  # imports torch: after argv is set, as for the script
+
+    probe = Probe(**config)
+    probe.install()
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except AuditComplete:
+        return 0, True
+    except SystemExit as exit_:
+        return _exit_status(exit_.code), False
+    except KeyboardInterrupt:
+        return 130, False
+    except BaseException as error:  # the script's own failure: show it as Python would
+        _print_script_traceback(error, script)
+        return EXIT_SCRIPT_FAILED, False
+    finally:
+        probe.finish()
+    return 0, False
+
+
+def _exit_status(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # `sys.exit("message")`, as the interpreter does
+    return 1
+
+
+def _print_script_traceback(error: BaseException, script: str) -> None:
+    """The traceback from the script's first frame on: runpy's and loopaudit's frames are noise."""
+    frames = traceback.extract_tb(error.__traceback__)
+    script_path = os.path.abspath(script)
+    start = next((i for i, frame in enumerate(frames) if os.path.abspath(frame.filename) == script_path), None)
+    lines = []
+    if start is not None:  # a SyntaxError has no frame in the script: its message says where
+        lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[start:])]
+    lines += traceback.format_exception_only(type(error), error)
+    sys.stderr.write("".join(lines))
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    status, stopped = main()
+    if stopped:
+        # The script was cut off mid-loop: its DataLoader workers and other non-daemon threads must
+        # not keep the process alive, and its exit handlers expect a finished run.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
