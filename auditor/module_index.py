@@ -53,6 +53,22 @@ class Frame:
             frame = frame.parent
         return None
 
+    def innermost_loop(self) -> LoopInfo | None:
+        """The loop of this function (or module body) that this frame runs in, if any."""
+        frame: Frame | None = self
+        while frame is not None and frame.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
+            if frame.kind is FrameKind.LOOP:
+                return frame.loop
+            frame = frame.parent
+        return None
+
+    def enclosing_function(self) -> FunctionInfo | None:
+        """The function whose body this frame is in; None at module level."""
+        frame: Frame | None = self
+        while frame is not None and frame.kind is not FrameKind.FUNCTION:
+            frame = frame.parent
+        return frame.function if frame is not None else None
+
 
 @dataclass(eq=False, repr=False)
 class Scope:

@@ -17,7 +17,7 @@ import re
 
 import libcst as cst
 
-from .module_index import Binding, Frame, FrameKind, LoopInfo, ModuleIndex, Scope
+from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope
 from .names import terminal_name
 from .patterns import FORWARD_CALLEE
 from .stepmodel import StepModel, argument_for
@@ -118,7 +118,7 @@ class TensorInference:
     def kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
         """The kind of `expr` as seen from `frame` (where the expression is), see `_reaching`."""
         saved = self._where
-        self._where = _innermost_loop(frame)
+        self._where = frame.innermost_loop() if frame is not None else None
         try:
             return self.kind(expr, scope)
         finally:
@@ -224,7 +224,7 @@ class TensorInference:
     def reaching_bindings(self, bindings: list[Binding], frame: Frame | None) -> list[Binding]:
         """The bindings of a name that reach an expression in `frame` (see `_reaching`)."""
         saved = self._where
-        self._where = _innermost_loop(frame)
+        self._where = frame.innermost_loop() if frame is not None else None
         try:
             return self._reaching(bindings)
         finally:
@@ -446,14 +446,6 @@ class TensorInference:
                 if qualified.startswith("torch.nn.") or qualified.startswith("torchvision.models"):
                     return True
         return False
-
-
-def _innermost_loop(frame: Frame | None) -> LoopInfo | None:
-    while frame is not None and frame.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
-        if frame.kind is FrameKind.LOOP:
-            return frame.loop
-        frame = frame.parent
-    return None
 
 
 def _within(inner: LoopInfo | None, outer: LoopInfo) -> bool:

@@ -13,6 +13,7 @@ import gzip
 import json
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 
@@ -87,7 +88,7 @@ class Trace:
     def of(self, *categories: str) -> list[Event]:
         return [event for event in self.events if event.category in categories]
 
-    @property
+    @cached_property  # asked several times per analysis; a trace holds tens of thousands of events
     def has_gpu(self) -> bool:
         return any(event.category in GPU_ACTIVITY or event.category == Category.RUNTIME for event in self.events)
 

@@ -102,10 +102,16 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
     return None
 
 
+def _without_int(expr):
+    """`int(opt.workers)` -> `opt.workers`: the cast changes nothing these rules read."""
+    if isinstance(expr, cst.Call) and terminal_name(expr.func) == "int" and len(expr.args) == 1:
+        return expr.args[0].value
+    return expr
+
+
 def constant(expr, ctx, depth: int = 0):
     """The value of a literal (`True`, `0`, `4`), or of a name bound only to the same literal; else UNKNOWN."""
-    if isinstance(expr, cst.Call) and terminal_name(expr.func) == "int" and len(expr.args) == 1:
-        return constant(expr.args[0].value, ctx, depth)  # `num_workers=int(opt.workers)`
+    expr = _without_int(expr)
     if isinstance(expr, cst.Name):
         if expr.value in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[expr.value]
@@ -128,8 +134,7 @@ def constant(expr, ctx, depth: int = 0):
 def command_line_default(expr, ctx):
     """`args.workers` -> 4 when the module declares `parser.add_argument("-j", "--workers", default=4)`
     (once, with a literal default): what the script runs with unless told otherwise. Else UNKNOWN."""
-    if isinstance(expr, cst.Call) and terminal_name(expr.func) == "int" and len(expr.args) == 1:
-        expr = expr.args[0].value
+    expr = _without_int(expr)
     if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
         return UNKNOWN
     return _argparse_defaults(ctx).get(expr.attr.value, UNKNOWN)
@@ -185,10 +190,7 @@ _LIGHTNING_LOADER_HOOKS = {
 def lightning_loader_role(call: cst.Call, ctx) -> str | None:
     """"train" or "eval" for a DataLoader returned by a LightningModule's or LightningDataModule's
     `train_dataloader()` / `val_dataloader()` / ..., which Lightning's own loop iterates; else None."""
-    frame = ctx.frame
-    while frame is not None and frame.kind is not FrameKind.FUNCTION:
-        frame = frame.parent
-    function = frame.function if frame is not None else None
+    function = ctx.frame.enclosing_function() if ctx.frame is not None else None
     role = _LIGHTNING_LOADER_HOOKS.get(function.name) if function is not None else None
     if role is None or function.class_info is None or not _is_lightning_class(function.class_info, ctx):
         return None

@@ -77,7 +77,7 @@ def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
     if found is None or found[1] is not ctx.scope or len(found[0]) != 1:
         return None
     binding = found[0][0]
-    if binding.kind != "value" or binding.loop is None or _innermost_loop(ctx.frame) is not binding.loop:
+    if binding.kind != "value" or binding.loop is None or ctx.frame is None or ctx.frame.innermost_loop() is not binding.loop:
         return None  # made before the loop: one copy a step, but not one creation a step
     creation = _host_creation(binding.value, ctx)
     if creation is None:
@@ -85,12 +85,6 @@ def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
     body = ctx.scope.function or ctx.index.module
     uses = sum(1 for node in iter_subtree(body) if isinstance(node, cst.Name) and node.value == expr.value)
     return creation if uses == 2 else None
-
-
-def _innermost_loop(frame):
-    while frame is not None and frame.loop is None:
-        frame = frame.parent
-    return frame.loop if frame is not None else None
 
 
 class CreatedOnHostThenMoved(Rule):
