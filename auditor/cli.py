@@ -6,7 +6,6 @@ internal error. Nothing here prints a traceback for anything a user can type or 
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import sys
@@ -24,7 +23,9 @@ from . import __version__
 from .discovery import MissingPath, discover
 from .docs import rule_markdown
 from .engine import ScanOptions, analyze_many, analyze_stdin
-from .registry import all_rules, rule_by_code, select_rules, unknown_codes
+from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, check_codes, split_codes, usage_error
+from .dynamic_commands import analyze, run
+from .registry import all_rules, rule_by_code, select_rules
 from .reporting import FORMATS
 
 app = typer.Typer(
@@ -34,24 +35,6 @@ app = typer.Typer(
     help="Audits PyTorch training loops for the code that keeps a GPU idle.",
     rich_markup_mode=None,
 )
-
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-class OutputFormat(str, enum.Enum):
-    full = "full"
-    concise = "concise"
-    json = "json"
-    github = "github"
-
-
-def _error(message: str) -> typer.Exit:
-    typer.echo(f"loopaudit: error: {message}", err=True)
-    return typer.Exit(EXIT_ERROR)
-
-
-def _split_codes(values: list[str] | None) -> list[str]:
-    return [code.strip() for value in values or [] for code in value.split(",") if code.strip()]
 
 
 def _version(value: bool) -> None:
@@ -82,14 +65,12 @@ def scan(
     color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off (default: when writing to a terminal).")] = None,
 ) -> None:
     """Scan training scripts for code that syncs the host with the GPU once per step."""
-    select_codes, ignore_codes = _split_codes(select), _split_codes(ignore)
-    bad = unknown_codes(select_codes + ignore_codes)
-    if bad:
-        raise _error(f"unknown rule code{'s' if len(bad) > 1 else ''}: {', '.join(bad)} (see `loopaudit rules`)")
+    select_codes, ignore_codes = split_codes(select), split_codes(ignore)
+    check_codes(select_codes + ignore_codes)
     options = ScanOptions(rules=select_rules(select_codes, ignore_codes))
     paths = paths or ["."]
     if "-" in paths and len(paths) > 1:
-        raise _error("`-` (stdin) cannot be combined with other paths")
+        raise usage_error("`-` (stdin) cannot be combined with other paths")
     if "-" in paths:
         results = analyze_stdin(sys.stdin.buffer.read(), stdin_filename or "<stdin>", options)
         scanned = 1
@@ -97,7 +78,7 @@ def scan(
         try:
             files = discover(paths)
         except MissingPath as missing:
-            raise _error(f"no such file or folder: {missing}")
+            raise usage_error(f"no such file or folder: {missing}")
         workers = jobs or os.cpu_count() or 1
         results = analyze_many([(f.path, f.display, f.explicit) for f in files], options, workers)
         scanned = len(files)
@@ -147,7 +128,7 @@ def list_rules(
         typer.echo(json.dumps([{"code": r.code, "name": r.name, "summary": r.summary} for r in rules], indent=2))
         return
     if output_format != "text":
-        raise _error(f"unknown format {output_format!r}: use text or json")
+        raise usage_error(f"unknown format {output_format!r}: use text or json")
     table = Table(box=None, show_header=True, header_style="bold")
     table.add_column("code")
     table.add_column("name")
@@ -163,8 +144,12 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code, e.g. LA101,
     """Print a rule's documentation."""
     rule = rule_by_code(code) or next((r for r in all_rules() if r.name == code), None)
     if rule is None:
-        raise _error(f"no rule {code!r} (see `loopaudit rules`)")
+        raise usage_error(f"no rule {code!r} (see `loopaudit rules`)")
     Console(highlight=False).print(Markdown(rule_markdown(rule)))
+
+
+app.command("run")(run)
+app.command("analyze")(analyze)
 
 
 def main() -> None:
@@ -172,4 +157,4 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         typer.echo("loopaudit: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

@@ -32,6 +32,10 @@ class Finding:
     suggestion: str | None = None
     source_line: str | None = None
     url: str | None = field(default=None)
+    # Runtime findings (LA6xx) only: what was measured ({"per_step", "total", "time_ms", ...}) and
+    # rule-specific facts (the live DataLoader settings, the kind of sync, the static codes there).
+    observed: dict | None = None
+    details: dict | None = None
 
     def sort_key(self) -> tuple:
         return (self.filename, self.location, self.code)
@@ -39,5 +43,8 @@ class Finding:
     def to_json(self) -> dict:
         data = asdict(self)
         data.pop("source_line")
-        data["fix"] = None  # no LA1xx rule has an automatic fix: every one changes what the code computes
+        data["fix"] = None  # no rule has an automatic fix yet: every one changes what the code computes
+        for key in ("observed", "details"):
+            if data[key] is None:
+                data.pop(key)  # `loopaudit scan`'s JSON keeps ruff's shape
         return data

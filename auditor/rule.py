@@ -8,13 +8,15 @@ that targets CUDA (unless the rule says it does not need either). `check` yields
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
 if TYPE_CHECKING:
     from .context import RuleContext
+    from .profiling.evidence import RunEvidence
+    from .profiling.trace_analysis import TraceAnalysis
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,10 @@ class Rule:
     # matches. Files found in folders are then parsed when they match it, step loop or not. Rules
     # without a hint are prefiltered like the rest: the file must look like it has a step loop.
     text_hint: ClassVar[str | None] = None
+    # Runtime rules (LA6xx) that confirm this rule's finding when `loopaudit run` reports one of
+    # them at a line of the finding, and whether that can happen on a machine without CUDA.
+    confirmed_by: ClassVar[tuple[str, ...]] = ()
+    confirmable_on_cpu: ClassVar[bool] = True
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         raise NotImplementedError
@@ -61,3 +67,39 @@ class FileRule(Rule):
 
     needs_step = False
     needs_cuda = False
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a runtime rule measured at one place, before it becomes a Finding."""
+
+    file: str  # as the script's process saw it (absolute), or as a trace recorded it
+    line: int | None  # None: the finding is about the whole run or trace
+    message: str
+    # What was measured: count per measured step, total count, time in milliseconds (None where it
+    # cannot be known, as the stall of a sync on a machine without a GPU), plus rule-specific keys.
+    observed: dict
+    suggestion: str | None = None  # replaces the rule's generic one when the measurement says more
+    details: dict = field(default_factory=dict)  # extra JSON keys: the live DataLoader settings, ...
+
+
+class RuntimeRule(Rule):
+    """A rule checked by measuring rather than reading: `loopaudit run` runs the script and hands
+    the rule its evidence; `loopaudit analyze` hands it an existing profiler trace.
+
+    VALID and INVALID examples are whole scripts, which the test suite runs under `loopaudit run`
+    on the machine it has (INVALID lines are marked `# expect: CODE`). A rule that can only be seen
+    on a GPU also carries trace examples (kineto JSON), which `loopaudit analyze` reads anywhere.
+    """
+
+    needs_step = False
+    needs_cuda = False
+    requires_cuda: ClassVar[bool] = False  # its script examples show only on a CUDA machine
+    valid_traces: ClassVar[tuple[str, ...]] = ()
+    invalid_traces: ClassVar[tuple[str, ...]] = ()
+
+    def from_run(self, run: RunEvidence) -> Iterator[Observation]:
+        return iter(())
+
+    def from_trace(self, trace: TraceAnalysis) -> Iterator[Observation]:
+        return iter(())

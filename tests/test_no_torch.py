@@ -42,3 +42,13 @@ def test_the_library_leaves_torch_unimported(tmp_path: Path):
     assert "Traceback" not in result.stderr, result.stderr
     assert result.stdout.strip().endswith("exit 1")
     assert "LA101" in result.stdout
+
+
+def test_run_without_a_usable_torch_says_so(tmp_path: Path):
+    poisoned = tmp_path / "poison" / "torch"
+    poisoned.mkdir(parents=True)
+    (poisoned / "__init__.py").write_text("raise ImportError('no torch in this environment')\n")
+    (tmp_path / "train.py").write_text(SCRIPT)
+    result = run_cli("run", "train.py", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "poison")})
+    assert result.returncode == 2
+    assert result.err.startswith("loopaudit: error: the dynamic mode needs torch") and result.out == ""

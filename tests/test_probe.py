@@ -75,7 +75,7 @@ def test_a_script_that_raises_at_step_5_keeps_its_traceback_and_fails(tmp_path):
     )
     completed, report = run_probe(tmp_path, failing)
     assert completed.returncode == 1
-    assert "RuntimeError: boom" in completed.stderr and 'File "train.py", line' in completed.stderr
+    assert "RuntimeError: boom" in completed.stderr and f'File "{tmp_path / "train.py"}", line' in completed.stderr
     assert "runpy" not in completed.stderr and "loopaudit" not in completed.stderr
 
 

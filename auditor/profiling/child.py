@@ -14,6 +14,7 @@ import sys
 import traceback
 
 EXIT_SCRIPT_FAILED = 1
+EXIT_NO_PROBE = 2
 
 
 def main() -> tuple[int, bool]:
@@ -24,12 +25,18 @@ def main() -> tuple[int, bool]:
     sys.argv = [script, *script_args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
 
-    from .probe import AuditComplete, Probe  # imports torch: after argv is set, as for the script
+    try:
+        from .probe import AuditComplete, Probe  # imports torch: after argv is set, as for the script
+    except ImportError as error:
+        _report_missing_torch(config["report"], error)
+        return EXIT_NO_PROBE, False
 
     probe = Probe(**config)
     probe.install()
     try:
-        runpy.run_path(script, run_name="__main__")
+        # By its absolute path, as `python SCRIPT` does since Python 3.9: `__file__` and the code's
+        # file name are absolute, so the probe's records and the scan name the same file.
+        runpy.run_path(os.path.abspath(script), run_name="__main__")
     except AuditComplete:
         return 0, True
     except SystemExit as exit_:
@@ -42,6 +49,14 @@ def main() -> tuple[int, bool]:
     finally:
         probe.finish()
     return 0, False
+
+
+def _report_missing_torch(report_path: str, error: ImportError) -> None:
+    from .report import ProbeReport
+
+    report = ProbeReport(device="", cuda=False, torch_version="", cpu_count=os.cpu_count() or 1, warmup=0, window=0)
+    report.error = f"the dynamic mode needs torch, which cannot be imported here ({error})"
+    report.dump(report_path)
 
 
 def _exit_status(code) -> int:
@@ -71,6 +86,9 @@ if __name__ == "__main__":
     if stopped:
         # The script was cut off mid-loop: its DataLoader workers and other non-daemon threads must
         # not keep the process alive, and its exit handlers expect a finished run.
+        from .probe import Probe
+
+        Probe.stop_workers()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

@@ -7,65 +7,35 @@ optimizer that steps ends a training step (a GAN's second optimizer does not sta
 that never steps an optimizer (an evaluation loop) gets one step per batch its DataLoader hands out.
 Every `DataLoader` iterator's `__next__` is timed: that is how long the step waited for its batch.
 
-After `warmup` steps the window opens: the sync spy (a TorchDispatchMode) is entered, `empty_cache`
-calls are counted, and with `--profile` torch.profiler records. After `steps` more steps the report
-is written and the script is stopped (unless `stop` is false).
+After `warmup` steps the window opens: the sync spy is installed, `empty_cache` calls are counted,
+on CUDA torch's own sync check (`set_sync_debug_mode("warn")`) is turned on, and with `--profile`
+torch.profiler records. After `steps` more steps the report is written and the script is stopped
+(unless `stop` is false).
 """
 
 from __future__ import annotations
 
-import json
+import multiprocessing
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from collections import Counter
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from .report import LoaderRecord, ProbeReport, SiteRecord, StepRecord
 from .sites import user_site
-from .spy import SyncSpy
+from .spy import BatchTracker, SyncSpy
+
+_SYNC_WARNING = "synchronizing CUDA operation"  # the text of set_sync_debug_mode's warning
 
 
 class AuditComplete(BaseException):
     """Raised inside the script once the window is measured, to stop it. A BaseException, so the
     script's own `except Exception:` does not swallow it."""
-
-
-@dataclass
-class LoaderRecord:
-    file: str | None
-    line: int | None
-    num_workers: int
-    pin_memory: bool
-    persistent_workers: bool
-    prefetch_factor: int | None
-    batches: int = 0
-    wait_seconds: float = 0.0
-
-
-@dataclass
-class StepRecord:
-    seconds: float
-    data_wait_seconds: float
-
-
-@dataclass
-class Measurement:
-    """What the probe hands to the parent process, as JSON."""
-
-    device: str
-    step_kind: str | None = None  # "optimizer" or "batch"
-    steps_seen: int = 0
-    steps: list[StepRecord] = field(default_factory=list)
-    syncs: list[dict] = field(default_factory=list)
-    sync_warnings: list[dict] = field(default_factory=list)
-    empty_cache: list[dict] = field(default_factory=list)
-    loaders: list[LoaderRecord] = field(default_factory=list)
-    window_complete: bool = False
-    trace: str | None = None
 
 
 class Probe:
@@ -74,17 +44,27 @@ class Probe:
         self.report_path, self.stop = report, stop
         self.pid = os.getpid()
         self.cuda = torch.cuda.is_available()
-        self.result = Measurement(device=torch.cuda.get_device_name() if self.cuda else "cpu")
+        self.result = ProbeReport(
+            device=torch.cuda.get_device_name() if self.cuda else "cpu",
+            cuda=self.cuda,
+            torch_version=torch.__version__,
+            cpu_count=os.cpu_count() or 1,
+            warmup=warmup,
+            window=steps,
+        )
+        self.batches = BatchTracker()
         self._primary_optimizer: int | None = None
+        self._batches_fetched = 0  # by any loader, in the whole run
+        self._step_sites: Counter[tuple[str, int]] = Counter()
         self._last_boundary = time.perf_counter()
         self._wait = 0.0
         self._spy: SyncSpy | None = None
         self._profiler = None
         self._measuring = False
         self._reported = False
-        self._loaders: dict[int, LoaderRecord] = {}
-        self._empty_cache: dict[tuple[str, int], int] = {}
-        self._sync_warnings: dict[tuple[str, int], int] = {}
+        self._loaders: dict[int, tuple[LoaderRecord, int]] = {}  # id(loader) -> (record, index)
+        self._empty_cache: dict[tuple[str, int], SiteRecord] = {}
+        self._original_showwarning = None
 
     # --- installing --------------------------------------------------------------------------
 
@@ -92,8 +72,8 @@ class Probe:
         register_optimizer_step_post_hook(self._after_optimizer_step)
         self._wrap_dataloader()
         self._wrap_empty_cache()
-        if self.profile and self.warmup == 0:
-            self._start_profiler()
+        if self.warmup == 0:
+            self._open_window()
 
     def _wrap_dataloader(self) -> None:
         probe = self
@@ -101,49 +81,82 @@ class Probe:
 
         def __init__(loader, *args, **kwargs):
             original_init(loader, *args, **kwargs)
-            site = user_site()
-            loader._loopaudit_site = site
+            loader._loopaudit_site = user_site()
 
         def __iter__(loader):
             iterator = original_iter(loader)
-            record = probe._loaders.get(id(loader))
-            if record is None:
-                site = getattr(loader, "_loopaudit_site", None) or (None, None)
-                record = probe._loaders[id(loader)] = LoaderRecord(
-                    site[0], site[1], loader.num_workers, bool(loader.pin_memory),
-                    bool(loader.persistent_workers), loader.prefetch_factor if loader.num_workers else None,
-                )
-            iterator._loopaudit_loader = record
+            if os.getpid() == probe.pid:
+                iterator._loopaudit_loader = probe._loader_record(loader)
+                iterator._loopaudit_fresh = True
+                if probe._measuring:
+                    iterator._loopaudit_loader[0].iterators += 1
             return iterator
 
         def __next__(iterator):
-            record = getattr(iterator, "_loopaudit_loader", None)
-            if record is not None and probe._primary_optimizer is None and record.batches and os.getpid() == probe.pid:
+            entry = getattr(iterator, "_loopaudit_loader", None)
+            if entry is None or os.getpid() != probe.pid:
+                return original_next(iterator)
+            record, index = entry
+            if probe._primary_optimizer is None and probe._batches_fetched:
                 probe._boundary("batch")  # no optimizer has stepped: each batch is a step
+            probe._batches_fetched += 1
             started = time.perf_counter()
             batch = original_next(iterator)  # StopIteration passes through, as it must
-            if record is not None:
-                waited = time.perf_counter() - started
+            waited = time.perf_counter() - started
+            probe._wait += waited
+            if probe._primary_optimizer is None:
+                site = user_site()
+                if site is not None:
+                    probe._step_sites[site] += 1
+            if probe._measuring:
                 record.batches += 1
-                probe._wait += waited
-                if probe._measuring:
-                    record.wait_seconds += waited
+                record.wait_seconds += waited
+                if iterator.__dict__.pop("_loopaudit_fresh", False):
+                    record.first_batch_wait_seconds += waited
+                probe.batches.tag(batch, index)
+            else:
+                iterator.__dict__.pop("_loopaudit_fresh", None)
             return batch
 
         DataLoader.__init__, DataLoader.__iter__, _BaseDataLoaderIter.__next__ = __init__, __iter__, __next__
+
+    def _loader_record(self, loader) -> tuple[LoaderRecord, int]:
+        entry = self._loaders.get(id(loader))
+        if entry is None:
+            site = getattr(loader, "_loopaudit_site", None) or (None, None)
+            workers = loader.num_workers
+            record = LoaderRecord(
+                file=site[0], line=site[1],
+                dataset=type(loader.dataset).__name__,
+                batch_size=loader.batch_size,
+                num_workers=workers,
+                pin_memory=bool(loader.pin_memory),
+                persistent_workers=bool(loader.persistent_workers),
+                prefetch_factor=loader.prefetch_factor if workers else None,
+            )
+            entry = self._loaders[id(loader)] = (record, len(self._loaders))
+        return entry
 
     def _wrap_empty_cache(self) -> None:
         original = torch.cuda.empty_cache
         probe = self
 
         def empty_cache():
-            if probe._measuring:
-                site = user_site()
+            if not probe._measuring or os.getpid() != probe.pid:
+                return original()
+            site = user_site()
+            started = time.perf_counter()
+            try:
+                return original()
+            finally:
                 if site is not None:
-                    probe._empty_cache[site] = probe._empty_cache.get(site, 0) + 1
-            return original()
+                    record = probe._empty_cache.get(site)
+                    if record is None:
+                        record = probe._empty_cache[site] = SiteRecord("empty_cache", "torch.cuda.empty_cache", *site)
+                    record.seen(time.perf_counter() - started)
 
         torch.cuda.empty_cache = empty_cache
+        torch.cuda.memory.empty_cache = empty_cache
 
     # --- steps -------------------------------------------------------------------------------
 
@@ -155,14 +168,20 @@ class Probe:
             if self.result.step_kind == "batch":
                 self._restart()  # it looked like evaluation, but it trains: count training steps
         if id(optimizer) == self._primary_optimizer:
+            site = user_site()
+            if site is not None:
+                self._step_sites[site] += 1
             self._boundary("optimizer")
 
     def _restart(self) -> None:
-        self._close_window(write=False)
+        self._close_window()
         self.result.steps.clear()
         self.result.steps_seen = 0
-        for record in self._loaders.values():
-            record.wait_seconds = 0.0
+        self._step_sites.clear()
+        self._empty_cache.clear()
+        for record, _ in self._loaders.values():
+            record.batches = record.iterators = 0
+            record.wait_seconds = record.first_batch_wait_seconds = 0.0
 
     def _boundary(self, kind: str) -> None:
         now = time.perf_counter()
@@ -170,19 +189,25 @@ class Probe:
         self.result.steps_seen += 1
         seen = self.result.steps_seen
         if self._measuring:
-            self.result.steps.append(StepRecord(now - self._last_boundary, self._wait))
+            stalled = self._spy.end_step() if self._spy is not None else 0.0
+            for record in self._empty_cache.values():
+                record.commit()
+            self.result.steps.append(StepRecord(now - self._last_boundary, self._wait, stalled))
         if self._profiler is not None:
             self._profiler.step()
-        self._last_boundary, self._wait = now, 0.0
         if self.profile and seen == self.warmup - 1 and self._profiler is None:
             self._start_profiler()
         if seen == self.warmup:
             self._open_window()
         elif seen == self.warmup + self.window and self._measuring:
             self.result.window_complete = True
-            self._close_window(write=True)
+            self.result.stopped = self.stop
+            self._close_window()
+            self.write()
             if self.stop:
                 raise AuditComplete()
+        # The next step starts now: what the probe itself did above is not the script's time.
+        self._last_boundary, self._wait = time.perf_counter(), 0.0
 
     # --- the measured window -------------------------------------------------------------------
 
@@ -190,34 +215,35 @@ class Probe:
         if self.profile and self._profiler is None:
             self._start_profiler()
         self._measuring = True
+        self.batches.enabled = True
+        self._spy = SyncSpy(self.cuda)
+        self._spy.install()
         if self.cuda:
             torch.cuda.set_sync_debug_mode("warn")
             self._original_showwarning = warnings.showwarning
             warnings.showwarning = self._on_warning
-            warnings.filterwarnings("always", message=".*synchroniz.*", category=UserWarning)
-        self._spy = SyncSpy(self.cuda)
-        self._spy.__enter__()
+            warnings.filterwarnings("always", message=f".*{_SYNC_WARNING}.*")
 
-    def _close_window(self, write: bool) -> None:
+    def _close_window(self) -> None:
         if self._spy is not None:
-            self._spy.__exit__(None, None, None)
-            self.result.syncs = [asdict(site) for site in self._spy.sites.values()]
+            self._spy.uninstall()
+            self.result.syncs = list(self._spy.sites.values())
+            self.result.batch_moves = list(self._spy.batch_moves.values())
             self._spy = None
         if self._measuring and self.cuda:
             torch.cuda.set_sync_debug_mode(0)
             warnings.showwarning = self._original_showwarning
         self._measuring = False
+        self.batches.enabled = False
         if self._profiler is not None:
             self._profiler.stop()
             self._profiler = None
-        if write:
-            self.write()
 
     def _on_warning(self, message, category, filename, lineno, file=None, line=None):
-        if "synchroniz" not in str(message):
+        if _SYNC_WARNING not in str(message):
             return self._original_showwarning(message, category, filename, lineno, file, line)
-        site = user_site() or (filename, lineno)
-        self._sync_warnings[site] = self._sync_warnings.get(site, 0) + 1
+        if self._spy is not None:
+            self._spy.note_sync_warning(user_site())
         return None
 
     def _start_profiler(self) -> None:
@@ -245,17 +271,25 @@ class Probe:
     def finish(self) -> None:
         """Called when the script ends or stops, so a short run still reports what it measured."""
         if os.getpid() == self.pid and not self._reported:
-            self._close_window(write=False)
+            self._close_window()
             self.write()
 
     def write(self) -> None:
         if os.getpid() != self.pid:
             return
         self._reported = True
-        self.result.loaders = list(self._loaders.values())
-        self.result.empty_cache = [{"file": f, "line": l, "count": c} for (f, l), c in self._empty_cache.items()]
-        self.result.sync_warnings = [{"file": f, "line": l, "count": c} for (f, l), c in self._sync_warnings.items()]
-        temporary = self.report_path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as stream:
-            json.dump(asdict(self.result), stream)
-        os.replace(temporary, self.report_path)
+        self.result.loaders = [record for record, _ in sorted(self._loaders.values(), key=lambda entry: entry[1])]
+        self.result.empty_cache = list(self._empty_cache.values())
+        if self._step_sites:
+            self.result.step_site = self._step_sites.most_common(1)[0][0]
+        self.result.dump(self.report_path)
+
+    @staticmethod
+    def stop_workers() -> None:
+        """The script was cut off mid-epoch: end its DataLoader workers (and any other child
+        processes) now, rather than leave them polling for a parent that is gone."""
+        for child in multiprocessing.active_children():
+            child.terminate()
+        for child in multiprocessing.active_children():
+            child.join(timeout=2)
+

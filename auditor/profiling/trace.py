@@ -127,7 +127,7 @@ def load_trace(path: str | Path) -> Trace:
         args = raw_event.get("args") if isinstance(raw_event.get("args"), dict) else {}
         events.append(Event(str(raw_event.get("name", "")), category, ts, dur, raw_event.get("pid"), raw_event.get("tid"), args))
     if not events:
-        raise TraceError(f"{path} holds no timed events")
+        raise TraceError(f"{path} holds no timed events (\"ph\": \"X\"): not a torch.profiler trace, or an empty one")
     events.sort(key=lambda event: (event.ts, -event.dur))
     devices = [str(p.get("name")) for p in properties if isinstance(p, dict) and p.get("name")]
     return Trace(str(path), events, devices)

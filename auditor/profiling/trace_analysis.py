@@ -14,12 +14,12 @@ The rules follow the tools people already trust, so the numbers can be compared:
 from __future__ import annotations
 
 import re
-import statistics
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .intervals import IntervalSet
+from .timing import median_and_p90
 from .trace import GPU_ACTIVITY, Category, Event, Trace
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -30,6 +30,7 @@ SYNC_CALLS = frozenset({
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
 })
 ALLOCATOR_CALLS = frozenset({"cudaMalloc", "cudaFree", "hipMalloc", "hipFree", "cudaMallocHost", "cudaFreeHost"})
+FREE_CALLS = frozenset({"cudaFree", "hipFree"})
 # Operators that would wait for the device if their input lived there: on a CPU-only trace they are
 # reported as "would synchronize on CUDA".
 SYNCING_OPS = frozenset({
@@ -69,6 +70,7 @@ class SyncSite:
     count: int = 0
     stall_us: float = 0.0
     proven: bool = True  # False on CPU-only traces: it would synchronize on CUDA
+    steps: int = 0  # profiler steps in which it happened (0 when the trace marks no steps)
 
 
 @dataclass
@@ -79,6 +81,7 @@ class CopySite:
     count: int = 0
     bytes: int = 0
     duration_us: float = 0.0
+    steps: int = 0
 
 
 @dataclass
@@ -92,17 +95,30 @@ class TraceAnalysis:
     copies: list[CopySite] = field(default_factory=list)
     allocator_calls: dict[str, int] = field(default_factory=dict)
     allocator_us: float = 0.0
+    # Steps in which the caching allocator handed memory back to the driver (cudaFree/hipFree),
+    # and the Python frame of the first such call: what `torch.cuda.empty_cache()` looks like.
+    gpu_idle_us: float | None = None  # the idle time behind gpu_idle_fraction
+    steps_freeing: int = 0
+    free_frame: SourceFrame | None = None
+    dataloader_frame: SourceFrame | None = None  # the loop that waits in DataLoader `next()`
+    dataloader_names: list[str] = field(default_factory=list)
 
     @property
     def step_times_ms(self) -> list[float]:
         return [step.duration_us / 1000 for step in self.steps]
 
     def step_time_summary(self) -> dict[str, float | None]:
-        times = sorted(self.step_times_ms)
-        if not times:
-            return {"median": None, "p90": None}
-        p90 = times[min(len(times) - 1, round(0.9 * (len(times) - 1)))]
-        return {"median": round(statistics.median(times), 3), "p90": round(p90, 3)}
+        return median_and_p90(self.step_times_ms)
+
+    @property
+    def marks_steps(self) -> bool:
+        return bool(self.steps) and self.steps[0].name != "whole trace"
+
+    def on_step_path(self, site) -> bool:
+        """In more than half of the steps; a trace that marks no steps is one long step."""
+        if not self.marks_steps:
+            return site.count > 0
+        return site.steps * 2 > len(self.steps)
 
 
 def analyze_trace(trace: Trace) -> TraceAnalysis:
@@ -112,8 +128,9 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     runtime = trace.of(Category.RUNTIME)
     device_busy = IntervalSet((e.ts, e.end) for e in gpu + runtime)
     loaders = [e for e in trace.events if e.name.startswith(_DATALOADER_PREFIX) and e.category in (Category.CPU_OP, Category.ANNOTATION)]
-    in_steps = _within(steps) if steps and steps[0][0] != "whole trace" else (lambda event: True)
-    syncs = _sync_sites(trace, [e for e in runtime if in_steps(e)], index, in_steps)
+    step_of = _step_finder(steps) if steps and steps[0][0] != "whole trace" else (lambda event: 0)
+    in_steps = lambda event: step_of(event) is not None  # noqa: E731
+    syncs = _sync_sites(trace, [e for e in runtime if in_steps(e)], index, in_steps, step_of)
     breakdowns = []
     for name, start, end in steps:
         waiting = sum(
@@ -128,20 +145,32 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     )
     allocator = defaultdict(int)
     allocator_us = 0.0
+    freeing_steps: set[int] = set()
+    free_frame = None
     for event in runtime:
         if event.name in ALLOCATOR_CALLS:
             allocator[event.name] += 1
             allocator_us += event.dur
+            step = step_of(event)
+            if event.name in FREE_CALLS and step is not None:
+                freeing_steps.add(step)
+                free_frame = free_frame or index.user_frame(event, index.operators_around(event))
+    idle = _gpu_idle(gpu + _stream_syncs(trace), runtime, steps)
     return TraceAnalysis(
         path=trace.path,
         device=", ".join(sorted(set(trace.devices))) if trace.has_gpu and trace.devices else ("gpu" if trace.has_gpu else "cpu"),
         steps=breakdowns,
         dataloader_fraction=dataloader_fraction,
-        gpu_idle_fraction=_gpu_idle_fraction(gpu + _stream_syncs(trace), runtime, steps),
+        gpu_idle_fraction=idle[1] if idle else None,
+        gpu_idle_us=idle[0] if idle else None,
         syncs=syncs,
-        copies=_pageable_copies(trace, runtime, index),
+        copies=_pageable_copies(trace, runtime, index, step_of),
         allocator_calls=dict(allocator),
         allocator_us=allocator_us,
+        steps_freeing=len(freeing_steps),
+        free_frame=free_frame,
+        dataloader_frame=next((f for f in (index.user_frame(e, []) for e in loaders) if f is not None), None),
+        dataloader_names=sorted({loader.name for loader in loaders}),
     )
 
 
@@ -159,17 +188,17 @@ def _steps(trace: Trace) -> list[tuple[str, float, float]]:
     return [("whole trace", min(e.ts for e in host), max(e.end for e in host))]
 
 
-def _within(steps):
-    """A test for "this host event starts inside one of the steps": the profiler's own
+def _step_finder(steps):
+    """The index of the step a host event starts in, or None: the profiler's own
     `cudaDeviceSynchronize` when it stops, say, is not the training loop's."""
     starts = [start for _, start, _ in steps]
     ends = [end for _, _, end in steps]
 
-    def test(event: Event) -> bool:
+    def step_of(event: Event) -> int | None:
         position = bisect_right(starts, event.ts) - 1
-        return position >= 0 and event.ts < ends[position]
+        return position if position >= 0 and event.ts < ends[position] else None
 
-    return test
+    return step_of
 
 
 def _stream_syncs(trace: Trace) -> list[Event]:
@@ -178,7 +207,8 @@ def _stream_syncs(trace: Trace) -> list[Event]:
     return [e for e in trace.of(Category.GPU_SYNC) if not (isinstance(e.tid, int) and e.tid < 0)]
 
 
-def _gpu_idle_fraction(gpu: list[Event], runtime: list[Event], steps) -> float | None:
+def _gpu_idle(gpu: list[Event], runtime: list[Event], steps) -> tuple[float, float] | None:
+    """(idle microseconds, idle share of the GPU's active span), or None without GPU activity."""
     if not gpu:
         return None
     if len(steps) >= 2:
@@ -190,7 +220,8 @@ def _gpu_idle_fraction(gpu: list[Event], runtime: list[Event], steps) -> float |
     if not busy:
         return None
     span = busy.last - busy.first
-    return 1.0 - busy.total() / span if span > 0 else 0.0
+    idle = span - busy.total()
+    return (idle, idle / span) if span > 0 else (0.0, 0.0)
 
 
 class _HostIndex:
@@ -258,8 +289,9 @@ def _outermost_operator(operators: list[Event]) -> str | None:
     return operators[-1].name if operators else None
 
 
-def _sync_sites(trace: Trace, runtime: list[Event], index: _HostIndex, in_steps) -> list[SyncSite]:
+def _sync_sites(trace: Trace, runtime: list[Event], index: _HostIndex, in_steps, step_of) -> list[SyncSite]:
     sites: dict[tuple, SyncSite] = {}
+    seen_in: dict[tuple, set] = defaultdict(set)
     calls = [e for e in runtime if e.name in SYNC_CALLS]
     proven = True
     if not trace.has_gpu:
@@ -276,12 +308,16 @@ def _sync_sites(trace: Trace, runtime: list[Event], index: _HostIndex, in_steps)
             site = sites[key] = SyncSite(call.name, operator, frame, proven=proven)
         site.count += 1
         site.stall_us += call.dur if proven else 0.0
+        seen_in[key].add(step_of(call))
+    for key, site in sites.items():
+        site.steps = len(seen_in[key] - {None})
     return sorted(sites.values(), key=lambda s: (-s.stall_us, -s.count))
 
 
-def _pageable_copies(trace: Trace, runtime: list[Event], index: _HostIndex) -> list[CopySite]:
+def _pageable_copies(trace: Trace, runtime: list[Event], index: _HostIndex, step_of) -> list[CopySite]:
     launches = {e.correlation: e for e in runtime if e.correlation is not None}
     sites: dict[tuple, CopySite] = {}
+    seen_in: dict[tuple, set] = defaultdict(set)
     for copy in trace.of(Category.MEMCPY):
         if "Pageable" not in copy.name:
             continue
@@ -297,4 +333,8 @@ def _pageable_copies(trace: Trace, runtime: list[Event], index: _HostIndex) -> l
         site.count += 1
         site.bytes += int(copy.args.get("bytes", 0) or 0)
         site.duration_us += copy.dur
+        if launch is not None:
+            seen_in[key].add(step_of(launch))
+    for key, site in sites.items():
+        site.steps = len(seen_in[key] - {None})
     return sorted(sites.values(), key=lambda s: -s.duration_us)

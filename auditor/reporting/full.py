@@ -18,6 +18,22 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
         console.print(_finding(f))
 
 
+def describe_observed(observed: dict) -> str:
+    """`1 per step, 20 in all, 61.3 ms`: the measurement of a runtime finding, in words."""
+    parts = []
+    if observed.get("per_step") is not None:
+        parts.append(f"{observed['per_step']:g} per step")
+    if observed.get("total") is not None:
+        parts.append(f"{observed['total']} in all")
+    if observed.get("share") is not None:
+        parts.append(f"{observed['share']:.1%} of the time")
+    if observed.get("time_ms") is not None:
+        parts.append(f"{observed['time_ms']:.2f} ms")
+    elif "time_ms" in observed and observed.get("per_step") is not None:
+        parts.append("no stall time without a GPU")
+    return ", ".join(parts)
+
+
 def _finding(f: Finding) -> Text:
     text = Text()
     text.append(f"{f.filename}:{f.location.row}:{f.location.column}", style="bold")
@@ -41,6 +57,10 @@ def _finding(f: Finding) -> Text:
         text.append(f"{gutter} = ", style="blue")
         text.append("per step: ", style="bold")
         text.append(f"{f.context}\n")
+    if f.observed:
+        text.append(f"{gutter} = ", style="blue")
+        text.append("measured: ", style="bold")
+        text.append(f"{describe_observed(f.observed)}\n")
     if f.suggestion:
         text.append(f"{gutter} = ", style="blue")
         text.append("help: ", style="bold cyan")

@@ -140,6 +140,8 @@ class BlockingBatchCopy(Rule):
         "        preds = model(im)\n",
     )
 
+    confirmed_by = ("LA601",)
+    confirmable_on_cpu = False  # a CPU run never copies to a device
     node_types = (cst.Call,)
 
     def check(self, node, ctx):

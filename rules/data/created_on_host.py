@@ -203,6 +203,8 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
 
+    confirmed_by = ("LA601",)
+    confirmable_on_cpu = False  # a CPU run never copies to a device
     node_types = (cst.Call,)
 
     def check(self, node, ctx):

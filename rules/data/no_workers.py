@@ -162,6 +162,7 @@ class TrainingLoaderWithoutWorkers(Rule):
         "    optimizer.step()\n",
     )
 
+    confirmed_by = ("LA602",)
     node_types = (cst.Call,)
     needs_step = False
 

@@ -112,6 +112,7 @@ class DataLoaderWithoutPinMemory(Rule):
         "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
     )
 
+    confirmed_by = ("LA603",)
     node_types = (cst.Call,)
     needs_step = False
 

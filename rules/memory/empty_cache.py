@@ -98,6 +98,7 @@ class EmptyCacheInStep(Rule):
         "    preds.append(predict(model, images).argmax(1))\n",
     )
 
+    confirmed_by = ("LA604",)
     node_types = (cst.Call,)
 
     def check(self, node, ctx):

@@ -95,6 +95,7 @@ class DeviceToHostInStep(Rule):
         "    raw.append(logits.numpy(force=True))  # expect: LA102\n",
     )
 
+    confirmed_by = ("LA601",)
     node_types = (cst.Call,)
 
     def check(self, node, ctx):

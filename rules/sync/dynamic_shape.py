@@ -97,6 +97,7 @@ class DynamicShapeInStep(Rule):
         "    optimizer.step()\n",
     )
 
+    confirmed_by = ("LA601",)
     node_types = (cst.Call, cst.Subscript)
 
     def check(self, node, ctx):

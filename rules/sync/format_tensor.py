@@ -117,6 +117,7 @@ class FormatTensorInStep(Rule):
         "    msg = 'loss {}'.format(loss)  # expect: LA104\n",
     )
 
+    confirmed_by = ("LA601",)
     node_types = (cst.Call, cst.FormattedStringExpression, cst.BinaryOperation)
 
     def check(self, node, ctx):

@@ -131,6 +131,7 @@ class ItemInStep(Rule):
         "        return loss\n",
     )
 
+    confirmed_by = ("LA601",)
     node_types = (cst.Call,)
 
     def check(self, node, ctx):

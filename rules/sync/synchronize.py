@@ -83,6 +83,8 @@ class SynchronizeInStep(Rule):
         "    done_event.synchronize()  # expect: LA106\n",
     )
 
+    confirmed_by = ("LA601",)
+    confirmable_on_cpu = False  # torch.cuda.synchronize() raises without CUDA
     node_types = (cst.Call,)
 
     def check(self, node, ctx):

@@ -100,6 +100,7 @@ class TensorTruthValueInStep(Rule):
         "    assert torch.isfinite(loss).all()  # expect: LA103\n",
     )
 
+    confirmed_by = ("LA601",)
     node_types = (cst.If, cst.While, cst.Assert, cst.IfExp, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
 
     def check(self, node, ctx):

@@ -1,0 +1,38 @@
+"""What every `loopaudit` command shares: exit codes, the output formats, usage errors, rule codes."""
+
+from __future__ import annotations
+
+import enum
+
+import typer
+
+from .registry import unknown_codes
+
+# As ruff's: 0 nothing found, 1 findings, 2 a usage error, a missing path or an internal error.
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+# A shell's status for a process ended by SIGINT (Ctrl-C).
+EXIT_INTERRUPTED = 130
+
+
+class OutputFormat(str, enum.Enum):
+    full = "full"
+    concise = "concise"
+    json = "json"
+    github = "github"
+
+
+def usage_error(message: str) -> typer.Exit:
+    typer.echo(f"loopaudit: error: {message}", err=True)
+    return typer.Exit(EXIT_ERROR)
+
+
+def split_codes(values: list[str] | None) -> list[str]:
+    """`--select LA1,LA2 --select LA6` -> ["LA1", "LA2", "LA6"]."""
+    return [code.strip() for value in values or [] for code in value.split(",") if code.strip()]
+
+
+def check_codes(codes: list[str]) -> None:
+    """Unknown codes are an error: a typo such as `LA1O1` must not pass silently."""
+    bad = unknown_codes(codes)
+    if bad:
+        raise usage_error(f"unknown rule code{'s' if len(bad) > 1 else ''}: {', '.join(bad)} (see `loopaudit rules`)")

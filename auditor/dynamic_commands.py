@@ -1,0 +1,248 @@
+"""`loopaudit run` (run a script under measurement) and `loopaudit analyze` (read a profiler trace).
+
+Neither imports torch in this process: `run` starts the script in a child process that does, and
+`analyze` only reads JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, check_codes, split_codes, usage_error
+from .engine import ScanOptions, analyze_path
+from .finding import Finding
+from .registry import select_rules
+from .reporting import FORMATS, measured, measured_json
+from .rule import RuntimeRule
+
+
+def _rules(select: list[str] | None, ignore: list[str] | None):
+    select_codes, ignore_codes = split_codes(select), split_codes(ignore)
+    check_codes(select_codes + ignore_codes)
+    chosen = select_rules(select_codes, ignore_codes)
+    runtime = tuple(rule for rule in chosen if issubclass(rule, RuntimeRule))
+    static = tuple(rule for rule in chosen if not issubclass(rule, RuntimeRule))
+    return runtime, static
+
+
+def _color(color: bool | None) -> bool:
+    return sys.stdout.isatty() if color is None else color
+
+
+def _default_trace_path(script: Path) -> str:
+    """`train.pt.trace.json` in the working directory (the name TensorBoard's plugin looks for),
+    never one that exists already: an earlier trace is the user's, not ours to overwrite."""
+    candidate = Path(f"{script.stem}.pt.trace.json")
+    number = 1
+    while candidate.exists():
+        candidate = Path(f"{script.stem}.{number}.pt.trace.json")
+        number += 1
+    return str(candidate.resolve())
+
+
+def run(
+    script: Annotated[str, typer.Argument(help="The training script, run as `python SCRIPT ARGS...` runs it.", show_default=False)],
+    script_args: Annotated[Optional[list[str]], typer.Argument(help="The script's own arguments, after `--`.", show_default=False)] = None,
+    profile: Annotated[bool, typer.Option("--profile", help="Also record torch.profiler over the measured steps and write the trace.")] = False,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps to measure.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Steps to let run before measuring (start-up, caches, lazy init).")] = 5,
+    stop: Annotated[bool, typer.Option("--stop/--no-stop", help="Stop the script once the steps are measured, or let it finish.")] = True,
+    trace_out: Annotated[Optional[str], typer.Option("--trace-out", help="Where to write the trace (implies --profile). Default: SCRIPT.pt.trace.json here.")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=0, help="Interrupt the script after this many seconds and report what was measured.")] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, json, concise or github.")] = OutputFormat.full,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (static and runtime).")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (not when the script fails).")] = False,
+    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+) -> None:
+    """Run a training script for a few steps and measure its step time, data waits and syncs.
+
+    The script runs unmodified, as `__main__`, in its own process; loopaudit finds its steps through
+    `optimizer.step()` (or DataLoader batches), measures WARMUP+STEPS of them and stops it. Needs torch
+    (`pip install 'loopaudit[profile]'`). Exit status: the script's own when it fails, 2 when it never
+    reached the measured steps, else 1 with findings and 0 without.
+    """
+    from .profiling.audit import audit_run, display_path
+    from .profiling.breakdown import from_run
+    from .profiling.evidence import RunEvidence
+    from .profiling.runner import RunRequest, run_script, torch_is_installed
+
+    path = Path(script)
+    if not path.exists():
+        raise usage_error(f"no such file: {script}")
+    if not path.is_file():
+        raise usage_error(f"not a file: {script} (give the training script itself)")
+    if trace_out is not None:
+        profile = True
+        if not Path(trace_out).resolve().parent.is_dir():
+            raise usage_error(f"--trace-out: the folder of {trace_out} does not exist")
+    runtime_rules, static_rules = _rules(select, ignore)
+    if not torch_is_installed():
+        raise usage_error("`loopaudit run` needs torch in this environment: pip install 'loopaudit[profile]'")
+
+    script_path = str(path.resolve())
+    static: list[Finding] = []
+    options = ScanOptions(rules=static_rules)
+
+    def scan_while_it_runs() -> None:
+        static.extend(analyze_path(script_path, display_path(script_path), options, explicit=True))
+
+    request = RunRequest(
+        script=script,
+        args=list(script_args or []),
+        warmup=warmup,
+        steps=steps,
+        profile=profile,
+        trace_out=str(Path(trace_out).resolve()) if trace_out else (_default_trace_path(path) if profile else None),
+        stop=stop,
+        timeout=timeout,
+        # JSON goes to stdout alone: the script's own output moves to stderr.
+        script_output=sys.stderr if output_format is not OutputFormat.full else None,
+    )
+    outcome = run_script(request, scan_while_it_runs)
+    report = outcome.report
+    # A timeout or a Ctrl-C is loopaudit's (or the user's) doing, not the script failing.
+    script_failed = outcome.status != 0 and not outcome.timed_out and not outcome.interrupted and not (report and report.stopped)
+    if outcome.interrupted and not (report and report.steps):
+        raise _end("interrupted before any step was measured", EXIT_INTERRUPTED)
+    if report is None:
+        raise _end(f"the script ended (exit status {outcome.status}) before loopaudit could write its measurements", outcome.status or EXIT_ERROR)
+    if report.error:
+        raise usage_error(report.error)
+    if not report.steps:
+        if outcome.timed_out:
+            raise _end(f"--timeout {timeout:g}s passed before any step was measured ({_steps_seen(report.steps_seen)} seen)", EXIT_ERROR)
+        if script_failed:
+            raise _end(f"the script ended with exit status {outcome.status} before any step was measured (its own output is above)", outcome.status)
+        raise _end(_why_nothing_was_measured(report.steps_seen, warmup), EXIT_ERROR)
+
+    trace = _window_trace(report.trace)
+    static += _scan_other_files(report, script_path, options)
+    evidence = RunEvidence(report, script_path, trace)
+    audit = audit_run(evidence, runtime_rules, static)
+    breakdown = from_run(evidence)
+    headline, notes = _describe_run(report, outcome, script_failed, display_path(script_path))
+    if output_format is OutputFormat.json:
+        status = {
+            "exit_status": outcome.status, "stopped": report.stopped, "window_complete": report.window_complete,
+            "timed_out": outcome.timed_out,
+        }
+        document = measured_json.run_document(audit, breakdown, display_path(script_path), request.args, status)
+        measured_json.write(document, sys.stdout)
+    elif output_format is OutputFormat.full:
+        measured.render_run(audit, breakdown, headline, notes, sys.stdout, _color(color))
+    else:
+        FORMATS[output_format.value](audit.findings, sys.stdout, _color(color))
+    if output_format is not OutputFormat.full:
+        for note in notes if script_failed or outcome.timed_out or outcome.interrupted else []:
+            typer.echo(f"loopaudit: {note}", err=True)
+    if script_failed:
+        raise typer.Exit(outcome.status)
+    if outcome.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    raise typer.Exit(EXIT_FINDINGS if audit.findings and not exit_zero else EXIT_CLEAN)
+
+
+def _end(message: str, status: int) -> typer.Exit:
+    typer.echo(f"loopaudit: {message}", err=True)
+    return typer.Exit(status)
+
+
+def _why_nothing_was_measured(steps_seen: int, warmup: int) -> str:
+    if steps_seen == 0:
+        return (
+            "the script never took a step: no `optimizer.step()` ran and no torch DataLoader handed out a "
+            "batch, so there was nothing to measure"
+        )
+    return f"the script took {_steps_seen(steps_seen)}, all of them warm-up (--warmup {warmup}): rerun with a smaller --warmup to measure them"
+
+
+def _steps_seen(count: int) -> str:
+    return f"{count} step{'s' if count != 1 else ''}"
+
+
+def _window_trace(path: str | None):
+    """The measured window's trace, analysed; None without --profile, or when it cannot be read
+    (the run's own measurements still stand)."""
+    if path is None:
+        return None
+    from .profiling.trace import TraceError, load_trace
+    from .profiling.trace_analysis import analyze_trace
+
+    try:
+        return analyze_trace(load_trace(path))
+    except TraceError as error:
+        typer.echo(f"loopaudit: warning: the trace could not be analysed: {error}", err=True)
+        return None
+
+
+def _scan_other_files(report, script: str, options: ScanOptions) -> list[Finding]:
+    """Static findings of the user's other files where the run saw something (a sync in a helper
+    module), so that they can be confirmed too."""
+    from .profiling.audit import display_path
+
+    files = {record.file for record in (*report.syncs, *report.empty_cache, *report.batch_moves)}
+    files |= {loader.file for loader in report.loaders if loader.file}
+    findings: list[Finding] = []
+    for file in sorted({os.path.abspath(file) for file in files} - {script}):
+        if file.endswith(".py") and os.path.isfile(file):
+            findings += analyze_path(file, display_path(file), options, explicit=True)
+    return findings
+
+
+def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[str, list[str]]:
+    unit = "optimizer steps" if report.step_kind == "optimizer" else "batches (no optimizer stepped: one step per batch)"
+    headline = f"loopaudit run: {script} on {report.device} (torch {report.torch_version})"
+    notes = [f"{len(report.steps)} {unit} measured after {report.warmup} warm-up steps."]
+    if len(report.steps) == 1:
+        notes[0] = notes[0].replace("optimizer steps", "optimizer step").replace("batches (", "batch (")
+    if report.stopped:
+        notes.append("The script was stopped after them (--no-stop lets it finish).")
+    if outcome.timed_out:
+        notes.append(f"The script was interrupted at --timeout after {len(report.steps)} measured steps.")
+    elif outcome.interrupted:
+        notes.append("Interrupted: what was measured until then is below.")
+    elif not report.window_complete:
+        notes.append(f"The script ended before the {report.window} steps asked for: the measurement covers fewer.")
+    if script_failed:
+        notes.append(f"The script ended with exit status {outcome.status}; its own output (a traceback, if it raised) is above.")
+    if report.trace:
+        notes.append(f"Trace of the measured steps: {report.trace} (open it in https://ui.perfetto.dev or TensorBoard).")
+    return headline, notes
+
+
+def analyze(
+    trace: Annotated[str, typer.Argument(help="A torch.profiler (kineto) trace: .json or .json.gz.", show_default=False)],
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, json, concise or github.")] = OutputFormat.full,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
+    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+) -> None:
+    """Analyse a profiler trace someone already recorded: step breakdown, DataLoader share, syncs,
+    pageable copies, allocator churn and GPU idle time, with the LA6xx findings they show."""
+    from .profiling.audit import audit_trace
+    from .profiling.breakdown import from_trace
+    from .profiling.trace import TraceError, load_trace
+    from .profiling.trace_analysis import analyze_trace
+
+    runtime_rules, _ = _rules(select, ignore)
+    try:
+        analysis = analyze_trace(load_trace(trace))
+    except TraceError as error:
+        raise usage_error(str(error))
+    findings = audit_trace(analysis, runtime_rules)
+    breakdown = from_trace(analysis)
+    if output_format is OutputFormat.json:
+        measured_json.write(measured_json.trace_document(analysis, breakdown, findings), sys.stdout)
+    elif output_format is OutputFormat.full:
+        measured.render_trace(analysis, breakdown, findings, sys.stdout, _color(color))
+    else:
+        FORMATS[output_format.value](findings, sys.stdout, _color(color))
+    raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+

@@ -1,0 +1,214 @@
+"""The terminal report of `loopaudit run` and `loopaudit analyze`: where the step time went (a table
+and a bar per step), the sync sites, the DataLoaders, the findings with their source lines, and the
+static findings next to what was measured."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..finding import Finding
+from ..profiling.audit import RunAudit, display_path
+from ..profiling.breakdown import PARTS, Breakdown
+from ..profiling.evidence import describe_site
+from ..profiling.trace_analysis import TraceAnalysis
+from . import full
+
+_BAR_WIDTH = 48
+_MAX_BARS = 40
+# Each part's bar character and colour: the characters alone tell them apart without colour.
+_PART_STYLE = {"compute": ("█", "green"), "data_wait": ("░", "red"), "sync_stall": ("▓", "yellow")}
+_PART_NAME = {"compute": "compute", "data_wait": "data wait", "sync_stall": "sync stall"}
+
+
+def _console(out: TextIO, color: bool) -> Console:
+    return Console(file=out, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=120)
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} ms" if value >= 1 else f"{value:.2f} ms"
+
+
+def _breakdown(console: Console, breakdown: Breakdown, why_no_sync: str) -> None:
+    time = breakdown.step_time_ms
+    console.print(Text.assemble(("Step time", "bold"), f"  median {_ms(time['median'])}, p90 {_ms(time['p90'])}"))
+    table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
+    table.add_column("part")
+    table.add_column("median per step", justify="right")
+    table.add_column("share of the steps", justify="right")
+    for part in PARTS:
+        share = breakdown.share(part)
+        if share is None and part != "compute":
+            reason = why_no_sync if part == "sync_stall" else "no DataLoader seen"
+            table.add_row(_PART_NAME[part], "—", Text(f"— ({reason})", style="dim"))
+            continue
+        if part == "compute":
+            measured = [p for p in PARTS if breakdown.share(p) is not None]
+            share = 1.0 - sum(breakdown.share(p) for p in measured if p != "compute")
+        table.add_row(_PART_NAME[part], _ms(breakdown.median(part)), f"{share:.1%}")
+    console.print(table)
+    _bars(console, breakdown)
+
+
+def _bars(console: Console, breakdown: Breakdown) -> None:
+    rows = breakdown.rows
+    if not rows:
+        return
+    longest = max(row.total_ms for row in rows) or 1.0
+    label_width = max(len(row.label) for row in rows[:_MAX_BARS])
+    for row in rows[:_MAX_BARS]:
+        line = Text(f"  {row.label:>{label_width}}  {_ms(row.total_ms):>9}  ")
+        for part in PARTS:
+            char, style = _PART_STYLE[part]
+            line.append(char * round(row.part(part) / longest * _BAR_WIDTH), style=style)
+        console.print(line)
+    if len(rows) > _MAX_BARS:
+        console.print(Text(f"  ... {len(rows) - _MAX_BARS} more steps", style="dim"))
+    legend = Text("  ")
+    for part in PARTS:
+        char, style = _PART_STYLE[part]
+        legend.append(char, style=style)
+        legend.append(f" {_PART_NAME[part]}   ")
+    console.print(legend)
+    console.print()
+
+
+def _sync_sites(console: Console, audit: RunAudit) -> None:
+    if not audit.sites:
+        return
+    cuda = audit.evidence.cuda
+    title = "Sync sites" if cuda else "Sync sites (no GPU here: these would synchronize on CUDA)"
+    console.print(Text(title, style="bold"))
+    table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
+    for column, justify in (("where", "left"), ("what", "left"), ("per step", "right"), ("calls", "right"),
+                            ("stall per step", "right"), ("scan", "left")):
+        table.add_column(column, justify=justify)
+    steps = audit.evidence.steps_measured
+    for site in audit.sites:
+        record = site.record
+        what = describe_site(record.kind, record.call) + (f" via {record.via}" if record.via else "")
+        stall = _ms(record.seconds * 1000 / steps) if cuda and steps else "—"
+        scan = ", ".join(site.static_codes) if site.static_codes else "not found"
+        if not site.on_step_path:
+            scan += " (periodic: not reported)"
+        table.add_row(f"{site.filename}:{record.line}", Text(what), f"{audit.evidence.per_step(record.count):g}",
+                      str(record.count), stall, scan)
+    console.print(table)
+    console.print()
+
+
+def _loaders(console: Console, audit: RunAudit) -> None:
+    loaders = audit.evidence.loaders_in_window()
+    if not loaders:
+        return
+    console.print(Text("DataLoaders (live settings)", style="bold"))
+    steps = audit.evidence.steps_measured or 1
+    total = audit.evidence.step_seconds or 1.0
+    for _, loader in loaders:
+        where = f"{display_path(loader.file)}:{loader.line}" if loader.file else "(created outside the script)"
+        console.print(Text(
+            f"  {where}  {loader.dataset}, batch_size={loader.batch_size}, num_workers={loader.num_workers}, "
+            f"pin_memory={loader.pin_memory}, persistent_workers={loader.persistent_workers}, "
+            f"prefetch_factor={loader.prefetch_factor}: waited {_ms(loader.wait_seconds * 1000 / steps)} per step "
+            f"({loader.wait_seconds / total:.1%})"
+        ))
+    console.print()
+
+
+def _findings(console: Console, out: TextIO, findings: Sequence[Finding], color: bool) -> None:
+    if not findings:
+        return
+    console.print(Text("Findings", style="bold"))
+    full.render(findings, out, color)
+
+
+def _static(console: Console, audit: RunAudit) -> None:
+    if not audit.static:
+        return
+    console.print(Text("Static findings (`loopaudit scan`) against the measurement", style="bold"))
+    table = Table(box=None, padding=(0, 2), show_header=False)
+    for check in audit.static:
+        f = check.finding
+        if check.confirmed:
+            verdict, style = "confirmed", "bold green"
+            measured = f"{check.measurement.code}: {full.describe_observed(check.measurement.observed)}"
+        elif check.measurable:
+            verdict, style, measured = "not confirmed", "yellow", "not seen in the measured steps"
+        else:
+            verdict, style, measured = "not measurable", "dim", check.unmeasurable_because or ""
+        table.add_row(Text(verdict, style=style), f"{f.filename}:{f.location.row}:{f.location.column}", f.code, Text(measured))
+    console.print(table)
+    console.print()
+
+
+
+def render_run(audit: RunAudit, breakdown: Breakdown, headline: str, notes: Sequence[str], out: TextIO, color: bool) -> None:
+    console = _console(out, color)
+    console.print(Text(headline, style="bold"))
+    for note in notes:
+        console.print(Text(note))
+    console.print()
+    if breakdown.rows:
+        _breakdown(console, breakdown, "no GPU: nothing stalls" if not audit.evidence.cuda else "")
+    _sync_sites(console, audit)
+    _loaders(console, audit)
+    _findings(console, out, audit.findings, color)
+    _static(console, audit)
+    confirmed = sum(1 for check in audit.static if check.confirmed)
+    measurable = sum(1 for check in audit.static if check.measurable)
+    if measurable:
+        static = f"{confirmed} of {measurable} measurable static findings confirmed"
+    else:
+        static = "no static finding that a run can confirm" if audit.static else "no static findings"
+    console.print(Text(f"{_summary(audit.findings)}; {static}."))
+
+
+def render_trace(analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequence[Finding], out: TextIO, color: bool) -> None:
+    console = _console(out, color)
+    steps = "no ProfilerStep marks: the whole trace is one span" if not analysis.marks_steps else f"{len(analysis.steps)} profiler steps"
+    console.print(Text(f"loopaudit analyze: {analysis.path}", style="bold"))
+    console.print(Text(f"{analysis.device}, {steps}"))
+    console.print()
+    if breakdown.rows:
+        _breakdown(console, breakdown, "CPU-only trace: nothing stalls")
+    if analysis.gpu_idle_fraction is not None:
+        console.print(Text.assemble(("GPU idle", "bold"), f"  {analysis.gpu_idle_fraction:.1%} of the GPU's active span (HolisticTraceAnalysis's measure)"))
+    if analysis.syncs:
+        table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold", title_justify="left")
+        for column in ("sync call", "operator", "python frame", "calls", "steps", "stall"):
+            table.add_column(column)
+        for site in analysis.syncs:
+            table.add_row(site.call, site.operator or "", str(site.frame) if site.frame else "", str(site.count),
+                          str(site.steps), _ms(site.stall_us / 1000) if site.proven else "— (no GPU)")
+        console.print()
+        console.print(table)
+    if analysis.copies:
+        table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
+        for column in ("pageable copy", "operator", "python frame", "copies", "bytes", "GPU time"):
+            table.add_column(column)
+        for copy in analysis.copies:
+            table.add_row(copy.kind, copy.operator or "", str(copy.frame) if copy.frame else "", str(copy.count),
+                          f"{copy.bytes:,}", _ms(copy.duration_us / 1000))
+        console.print()
+        console.print(table)
+    if analysis.allocator_calls:
+        calls = ", ".join(f"{name} ×{count}" for name, count in sorted(analysis.allocator_calls.items()))
+        console.print()
+        console.print(Text.assemble(("Allocator", "bold"), f"  {calls}, {_ms(analysis.allocator_us / 1000)} in all; "
+                                    f"memory handed back to the driver in {analysis.steps_freeing} steps"))
+    console.print()
+    _findings(console, out, findings, color)
+    console.print(Text(_summary(findings) + "."))
+
+
+def _summary(findings: Sequence[Finding]) -> str:
+    if not findings:
+        return "No findings"
+    counts = Counter(f.code for f in findings)
+    codes = ", ".join(f"{code} ×{count}" if count > 1 else code for code, count in sorted(counts.items()))
+    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({codes})"

@@ -1,0 +1,121 @@
+"""`--output-format json` of `loopaudit run` and `loopaudit analyze` (documented in
+docs/dynamic-mode.md). Findings have the scan's shape plus `observed`; times are milliseconds and
+fractions are shares of the measured steps' time, from 0 to 1."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from ..profiling.audit import RunAudit, display_path
+from ..profiling.breakdown import Breakdown
+from ..profiling.trace_analysis import TraceAnalysis
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _steps(breakdown: Breakdown) -> dict:
+    return {
+        "steps_measured": len(breakdown.rows),
+        "step_time_ms": breakdown.step_time_ms,
+        "data_wait_fraction": _rounded(breakdown.share("data_wait")),
+        "sync_stall_fraction": _rounded(breakdown.share("sync_stall")),
+        "steps": [row.to_json(breakdown.data_measured, breakdown.sync_measured) for row in breakdown.rows],
+    }
+
+
+def run_document(audit: RunAudit, breakdown: Breakdown, script: str, arguments: list[str], status: dict) -> dict:
+    report = audit.evidence.report
+    trace = audit.evidence.trace
+    document = {
+        "script": script,
+        "arguments": arguments,
+        "device": report.device,
+        "cuda": report.cuda,
+        "torch": report.torch_version,
+        **status,
+        "step_kind": report.step_kind,
+        "warmup": report.warmup,
+        **_steps(breakdown),
+        "gpu_idle_fraction": _rounded(trace.gpu_idle_fraction) if trace else None,
+        "sync_sites": [
+            {
+                "filename": site.filename,
+                "line": site.record.line,
+                "kind": site.record.kind,
+                "call": site.record.call,
+                "via": site.record.via,
+                "per_step": audit.evidence.per_step(site.record.count),
+                "total": site.record.count,
+                "steps": site.record.steps,
+                "time_ms": round(site.record.seconds * 1000, 3) if report.cuda else None,
+                "on_step_path": site.on_step_path,
+                "static": site.static_codes,
+            }
+            for site in audit.sites
+        ],
+        "loaders": [
+            {
+                "filename": display_path(loader.file) if loader.file else None,
+                "line": loader.line,
+                "dataset": loader.dataset,
+                "batch_size": loader.batch_size,
+                "num_workers": loader.num_workers,
+                "pin_memory": loader.pin_memory,
+                "persistent_workers": loader.persistent_workers,
+                "prefetch_factor": loader.prefetch_factor,
+                "batches": loader.batches,
+                "wait_ms": round(loader.wait_seconds * 1000, 3),
+            }
+            for loader in report.loaders
+        ],
+        "trace": report.trace,
+        "findings": [finding.to_json() for finding in audit.findings],
+        "static": [check.to_json() for check in audit.static],
+    }
+    return document
+
+
+def trace_document(analysis: TraceAnalysis, breakdown: Breakdown, findings) -> dict:
+    return {
+        "trace": analysis.path,
+        "device": analysis.device,
+        **_steps(breakdown),
+        "gpu_idle_fraction": _rounded(analysis.gpu_idle_fraction),
+        "syncs": [
+            {
+                "call": site.call,
+                "operator": site.operator,
+                "frame": str(site.frame) if site.frame else None,
+                "count": site.count,
+                "steps": site.steps,
+                "stall_ms": round(site.stall_us / 1000, 3) if site.proven else None,
+                "proven": site.proven,
+            }
+            for site in analysis.syncs
+        ],
+        "pageable_copies": [
+            {
+                "kind": copy.kind,
+                "operator": copy.operator,
+                "frame": str(copy.frame) if copy.frame else None,
+                "count": copy.count,
+                "bytes": copy.bytes,
+                "time_ms": round(copy.duration_us / 1000, 3),
+            }
+            for copy in analysis.copies
+        ],
+        "allocator": {
+            "calls": analysis.allocator_calls,
+            "time_ms": round(analysis.allocator_us / 1000, 3),
+            "steps_freeing": analysis.steps_freeing,
+        },
+        "findings": [finding.to_json() for finding in findings],
+    }
+
+
+def write(document: dict, out: TextIO) -> None:
+    json.dump(document, out, indent=2)
+    out.write("\n")
