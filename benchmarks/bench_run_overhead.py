@@ -13,7 +13,7 @@ point of view, with the probe's and the profiler's work inside them. Each way ru
 the table gives the median steps/s and the overhead against plain. Target (issue 4): light within
 20% of plain.
 
-    python benchmarks/bench_run_overhead.py                    # 5 repeats, --warmup 5 --steps 20
+    python benchmarks/bench_run_overhead.py                    # 9 repeats, --warmup 5 --steps 20
     python benchmarks/bench_run_overhead.py --repeats 9 --hidden 1024 --json /tmp/overhead.json
 """
 
@@ -38,7 +38,8 @@ SCRIPT = textwrap.dedent("""\
 
     hidden, batch_size = int(sys.argv[1]), int(sys.argv[2])
     torch.manual_seed(0)
-    data = TensorDataset(torch.randn(batch_size * 200, 64), torch.randint(0, 10, (batch_size * 200,)))
+    torch.set_num_threads(1)  # two threads on two cores swing the step time by 40% from run to run
+    data = TensorDataset(torch.randn(batch_size * 1000, 64), torch.randint(0, 10, (batch_size * 1000,)))
     loader = DataLoader(data, batch_size=batch_size, shuffle=True)
     model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
                                 torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
@@ -82,10 +83,10 @@ def run_once(way: str, folder: Path, args) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--hidden", type=int, default=256, help="MLP width (256: a step of about 1 ms)")
+    parser.add_argument("--hidden", type=int, default=256, help="MLP width (256: a step of about 1.5 ms on one thread)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()

@@ -90,10 +90,12 @@ ENTRY_POINTS: list[tuple[object, str, str, object]] = [
     (torch.Tensor, "repeat_interleave", "repeat_interleave", _tensor_repeats),
     (torch, "repeat_interleave", "repeat_interleave", _tensor_repeats),
     (torch.nn.functional, "one_hot", "one_hot", _no_num_classes),
-    (torch.Tensor, "__getitem__", "boolean-mask index", _mask_index),
     (torch.Tensor, "numpy", "device-to-host copy", _force),
     (torch.Tensor, "cpu", "device-to-host copy", _ALWAYS),
 ]
+# Indexing has a wrapper of its own (`_watch_index`): datasets index tensors once per sample, so the
+# common case (an int, a slice) must cost next to nothing.
+_PLAIN_INDEX = (int, slice, type(None), type(Ellipsis))
 # Copies whose direction is known only from the devices involved.
 COPIES = ("to", "cuda", "copy_")
 SYNCHRONIZE = [(torch.cuda, "synchronize"), (torch.cuda.Stream, "synchronize"), (torch.cuda.Event, "synchronize")]
@@ -119,6 +121,7 @@ class SyncSpy:
     def install(self) -> None:
         for owner, name, kind, accepts in ENTRY_POINTS:
             self._patch(owner, name, self._watch(owner, name, kind, accepts))
+        self._patch(torch.Tensor, "__getitem__", self._watch_index())
         for name in COPIES:
             self._patch(torch.Tensor, name, self._watch_copy(name))
         for owner, name in SYNCHRONIZE:
@@ -171,6 +174,29 @@ class SyncSpy:
                 return spy._timed(kind, label, original, args, kwargs)
 
             return watched
+
+        return make
+
+    def _watch_index(self):
+        """`x[mask]` with a boolean mask: its size depends on the mask's values."""
+        spy = self
+        generic = self._watch(torch.Tensor, "__getitem__", "boolean-mask index", _mask_index)
+
+        def make(original):
+            watched = generic(original)
+
+            @functools.wraps(original)
+            def indexed(tensor, index):
+                if not spy._enabled or type(index) in _PLAIN_INDEX:
+                    return original(tensor, index)
+                if type(index) is tuple:  # x[:, 0]: no tensor in it, no mask
+                    for part in index:
+                        if isinstance(part, torch.Tensor):
+                            return watched(tensor, index)
+                    return original(tensor, index)
+                return watched(tensor, index)
+
+            return indexed
 
         return make
 

@@ -111,6 +111,8 @@ class SyncObservedInStep(RuntimeRule):
         "    optimizer.step()\n"
         "    total = loss.item()  # expect: LA601\n"
         "    wrong = torch.nonzero(out.argmax(1) != y)  # expect: LA601\n"
+        "    right = out[out.argmax(1) == y]  # expect: LA601\n"
+        "    rows = out[:, 0]  # plain indexing: no sync\n"
         "    if loss < best:  # expect: LA601\n"
         "        best = loss.detach()\n"
         "    print(loss)  # expect: LA601\n",
