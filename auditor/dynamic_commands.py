@@ -86,11 +86,13 @@ def run(
         raise usage_error("`loopaudit run` needs torch in this environment: pip install 'loopaudit[profile]'")
 
     script_path = str(path.resolve())
-    static: list[Finding] = []
-    options = ScanOptions(rules=static_rules)
+    scan: list[Finding] = []
+    # Every static rule runs: some runtime rules weigh the scan's word; --select filters the listing.
+    options = ScanOptions(rules=_rules(None, None)[1])
+    shown = {rule.code for rule in static_rules}
 
     def scan_while_it_runs() -> None:
-        static.extend(analyze_path(script_path, display_path(script_path), options, explicit=True))
+        scan.extend(analyze_path(script_path, display_path(script_path), options, explicit=True))
 
     request = RunRequest(
         script=script,
@@ -122,9 +124,9 @@ def run(
         raise _end(_why_nothing_was_measured(report.steps_seen, warmup), EXIT_ERROR)
 
     trace = _window_trace(report.trace)
-    static += _scan_other_files(report, script_path, options)
-    evidence = RunEvidence(report, script_path, trace)
-    audit = audit_run(evidence, runtime_rules, static)
+    scan += _scan_other_files(report, script_path, options)
+    evidence = RunEvidence(report, script_path, trace, scan)
+    audit = audit_run(evidence, runtime_rules, [finding for finding in scan if finding.code in shown])
     breakdown = from_run(evidence)
     headline, notes = _describe_run(report, outcome, script_failed, display_path(script_path))
     if output_format is OutputFormat.json:

@@ -7,9 +7,12 @@ recommend); one made by every step is, and so is one made twice per step.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..finding import Finding
 from .report import LoaderRecord, ProbeReport
 from .trace_analysis import TraceAnalysis
 
@@ -19,6 +22,20 @@ class RunEvidence:
     report: ProbeReport
     script: str  # absolute path of the script that was run
     trace: TraceAnalysis | None = None  # the measured window's profiler trace (--profile)
+    # Every static rule's findings on the files the run touched, whatever --select shows: on a
+    # machine without a GPU some runtime rules need the source's word on what a CUDA run would do.
+    scan: Sequence[Finding] = ()
+
+    def scan_reported(self, code: str, file: str | None, line: int | None) -> bool:
+        """Did `loopaudit scan` report `code` on an expression spanning this line of this file?"""
+        if file is None or line is None:
+            return False
+        path = os.path.abspath(file)
+        return any(
+            finding.code == code and os.path.abspath(finding.filename) == path
+            and finding.location.row <= line <= finding.end_location.row
+            for finding in self.scan
+        )
 
     @property
     def cuda(self) -> bool:

@@ -22,6 +22,8 @@ class PageableBatchCopy(RuntimeRule):
         "tensor the DataLoader handed out, and whether its memory was pinned. On a machine without a GPU it "
         "reads the loader's live `pin_memory` setting and reports a loader without it whose batches the "
         "script moves with `.to(device)` each step: the copies a CUDA run would make from pageable memory. "
+        "There it also needs `loopaudit scan`'s LA201 on the same DataLoader, because a CPU run's settings "
+        "are not a CUDA run's: many scripts pass `pin_memory=True` only when CUDA is available. "
         "From a trace, it is the `Memcpy HtoD (Pageable -> Device)` copies inside the steps."
     )
     why_it_costs = (
@@ -60,6 +62,27 @@ class PageableBatchCopy(RuntimeRule):
         "    loss.backward()\n"
         "    optimizer.step()\n",
     )
+    valid += (
+        # Pinned only when CUDA is there, as pytorch/examples' MNIST script does: a CPU run's loader
+        # is unpinned, a CUDA run's is not.
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "use_cuda = torch.cuda.is_available()\n"
+        "device = torch.device(\"cuda\" if use_cuda else \"cpu\")\n"
+        "model = torch.nn.Linear(16, 4).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = TensorDataset(torch.randn(4096, 16), torch.randint(0, 4, (4096,)))\n"
+        "kwargs = {\"batch_size\": 32}\n"
+        "if use_cuda:\n"
+        "    kwargs.update({\"num_workers\": 1, \"pin_memory\": True})\n"
+        "loader = DataLoader(data, **kwargs)\n"
+        "for x, y in loader:\n"
+        "    x, y = x.to(device), y.to(device)\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+    )
     invalid = (
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
@@ -85,7 +108,10 @@ class PageableBatchCopy(RuntimeRule):
             loader = run.report.loaders[index]
             if run.cuda:
                 moves = [move for move in moves if move.pageable]
-            elif loader.pin_memory:
+            elif loader.pin_memory or not run.scan_reported("LA201", loader.file, loader.line):
+                # Without a GPU the live settings are not a CUDA run's: scripts often pin only
+                # when CUDA is available (`if use_cuda: kwargs.update(pin_memory=True)`). The
+                # scan's LA201 says the source never pins this loader.
                 moves = []
             if not moves:
                 continue
