@@ -14,3 +14,9 @@ def median_and_p90(values_ms: Sequence[float]) -> dict[str, float | None]:
         return {"median": None, "p90": None}
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return {"median": round(statistics.median(ordered), 3), "p90": round(p90, 3)}
+
+
+def steps_phrase(count: int, adjective: str = "") -> str:
+    """"1 step", "6 measured steps": reports count steps in many places."""
+    words = f"{adjective} step" if adjective else "step"
+    return f"{count} {words}{'' if count == 1 else 's'}"

@@ -16,6 +16,7 @@ from ..finding import Finding
 from ..profiling.audit import RunAudit, display_path
 from ..profiling.breakdown import PARTS, Breakdown
 from ..profiling.evidence import describe_site
+from ..profiling.timing import steps_phrase
 from ..profiling.trace_analysis import TraceAnalysis
 from . import full
 
@@ -200,7 +201,7 @@ def render_trace(analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequen
         calls = ", ".join(f"{name} ×{count}" for name, count in sorted(analysis.allocator_calls.items()))
         console.print()
         console.print(Text.assemble(("Allocator", "bold"), f"  {calls}, {_ms(analysis.allocator_us / 1000)} in all; "
-                                    f"memory handed back to the driver in {analysis.steps_freeing} steps"))
+                                    f"memory handed back to the driver in {steps_phrase(analysis.steps_freeing)}"))
     console.print()
     _findings(console, out, findings, color)
     console.print(Text(_summary(findings) + "."))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from loopaudit.profiling.timing import steps_phrase
 from loopaudit.rule import Observation, RuntimeRule
 
 
@@ -73,7 +74,7 @@ class AllocatorFlushObserved(RuntimeRule):
             if not run.on_step_path(site):
                 continue
             per_step = run.per_step(site.count)
-            counted = f"{per_step:g} per step ({site.count} in {run.steps_measured} measured steps)"
+            counted = f"{per_step:g} per step ({site.count} in {steps_phrase(run.steps_measured, 'measured')})"
             if run.cuda:
                 message = (
                     f"`torch.cuda.empty_cache()` flushed the caching allocator {counted}, "

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from loopaudit.profiling.evidence import describe_site
+from loopaudit.profiling.timing import steps_phrase
 from loopaudit.rule import Observation, RuntimeRule
 
 # What to write instead, by the kind of call that synchronized.
@@ -124,7 +125,7 @@ class SyncObservedInStep(RuntimeRule):
                 continue
             what = describe_site(site.kind, site.call)
             per_step = run.per_step(site.count)
-            counted = f"{per_step:g} per step ({site.count} in {run.steps_measured} measured steps)"
+            counted = f"{per_step:g} per step ({site.count} in {steps_phrase(run.steps_measured, 'measured')})"
             via = f", through `{site.via}`" if site.via else ""
             if run.cuda:
                 stall = site.seconds * 1000 / run.steps_measured
@@ -148,7 +149,7 @@ class SyncObservedInStep(RuntimeRule):
             if not trace.on_step_path(site):
                 continue
             under = f" under `{site.operator}`" if site.operator and site.operator != site.call else ""
-            counted = f"{site.count / steps:g} per step ({site.count} in {steps} steps)"
+            counted = f"{site.count / steps:g} per step ({site.count} in {steps_phrase(steps)})"
             if site.proven:
                 message = f"`{site.call}`{under} made the host wait for the GPU {counted}, {site.stall_us / 1000:.2f} ms in all"
             else:
