@@ -22,10 +22,12 @@ from rich.text import Text
 from . import __version__
 from .discovery import MissingPath, discover
 from .docs import rule_markdown
-from .engine import ScanOptions, analyze_many, analyze_stdin
+from .config import ConfigError, ConfigFinder
+from .engine import analyze_many, analyze_stdin
+from .settings import CommandLine, Settings
 from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, check_codes, split_codes, usage_error
 from .dynamic_commands import analyze, run
-from .registry import all_rules, rule_by_code, select_rules
+from .registry import all_rules, rule_by_code
 from .reporting import FORMATS
 
 app = typer.Typer(
@@ -55,47 +57,101 @@ def _root(
 @app.command()
 def scan(
     paths: Annotated[Optional[list[str]], typer.Argument(help="Files or folders; `-` reads stdin. Default: the current folder.")] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json or github.")] = OutputFormat.full,
-    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (LA1, LA101); comma-separated or repeated.")] = None,
-    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    output_format: Annotated[Optional[OutputFormat], typer.Option("--output-format", help="full, concise, json or github (default: the configuration's, else full).", show_default=False)] = None,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (LA1, LA101); comma-separated or repeated. Replaces the configuration's select.")] = None,
+    extend_select: Annotated[Optional[list[str]], typer.Option("--extend-select", help="Add these rule codes or prefixes to the selection.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes (added to the configuration's).")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
     statistics: Annotated[bool, typer.Option("--statistics", help="Print how many findings each rule has instead of the findings.")] = False,
     stdin_filename: Annotated[Optional[str], typer.Option(help="The name to report for source read from stdin.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=0, help="Worker processes (0: one per CPU).")] = 0,
     color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off (default: when writing to a terminal).")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file for every file (pyproject.toml or loopaudit.toml).")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
 ) -> None:
     """Scan training scripts for code that syncs the host with the GPU once per step."""
-    select_codes, ignore_codes = split_codes(select), split_codes(ignore)
-    check_codes(select_codes + ignore_codes)
-    options = ScanOptions(rules=select_rules(select_codes, ignore_codes))
+    settings = _settings(select, extend_select, ignore, output_format, config, isolated)
     paths = paths or ["."]
     if "-" in paths and len(paths) > 1:
         raise usage_error("`-` (stdin) cannot be combined with other paths")
-    if "-" in paths:
-        results = analyze_stdin(sys.stdin.buffer.read(), stdin_filename or "<stdin>", options)
-        scanned = 1
-    else:
-        try:
-            files = discover(paths)
-        except MissingPath as missing:
-            raise usage_error(f"no such file or folder: {missing}")
-        workers = jobs or os.cpu_count() or 1
-        results = analyze_many([(f.path, f.display, f.explicit) for f in files], options, workers)
-        scanned = len(files)
+    try:
+        if "-" in paths:
+            options = settings.options_for(Path(stdin_filename or "stdin.py"))
+            results = analyze_stdin(sys.stdin.buffer.read(), stdin_filename or "<stdin>", options)
+            scanned = 1
+        else:
+            try:
+                found = discover(paths)
+            except MissingPath as missing:
+                raise usage_error(f"no such file or folder: {missing}")
+            files = [f for f in found if f.explicit or not settings.excluded(Path(f.path))]
+            workers = jobs or os.cpu_count() or 1
+            results = analyze_many([(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files], workers)
+            scanned = len(files)
+        chosen_format = OutputFormat(settings.output_format(Path.cwd()))
+    except ConfigError as error:
+        raise usage_error(str(error))
     findings, problems = results.findings, results.problems
     for problem in problems:
         typer.echo(f"loopaudit: internal error: {problem} (please report this)", err=True)
 
     use_color = sys.stdout.isatty() if color is None else color
     if statistics:
-        _print_statistics(findings, output_format, use_color)
+        _print_statistics(findings, chosen_format, use_color)
     else:
-        FORMATS[output_format.value](findings, sys.stdout, use_color)
-        if output_format in (OutputFormat.full, OutputFormat.concise):
+        FORMATS[chosen_format.value](findings, sys.stdout, use_color)
+        if chosen_format in (OutputFormat.full, OutputFormat.concise):
             _print_summary(findings, scanned)
     if problems:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+def _settings(select, extend_select, ignore, output_format, config: str | None, isolated: bool) -> Settings:
+    select_codes, extend_codes, ignore_codes = split_codes(select), split_codes(extend_select), split_codes(ignore)
+    check_codes(select_codes + extend_codes + ignore_codes)
+    if config is not None and not Path(config).is_file():
+        raise usage_error(f"--config: no such file: {config}")
+    command_line = CommandLine(
+        select=tuple(select_codes) if select_codes else None,
+        extend_select=tuple(extend_codes),
+        ignore=tuple(ignore_codes),
+        output_format=output_format.value if output_format is not None else None,
+    )
+    try:
+        return Settings(ConfigFinder(Path(config) if config else None, isolated), command_line)
+    except ConfigError as error:
+        raise usage_error(str(error))
+
+
+@app.command("config")
+def show_config(
+    path: Annotated[str, typer.Argument(help="The file or folder whose configuration to show.")] = ".",
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+    output_format: Annotated[str, typer.Option("--output-format", help="text or json.")] = "text",
+) -> None:
+    """Print the configuration that applies to PATH: every setting, its value and where it came from."""
+    if output_format not in ("text", "json"):
+        raise usage_error(f"unknown format {output_format!r}: use text or json")
+    if not os.path.exists(path):
+        raise usage_error(f"no such file or folder: {path}")
+    settings = _settings(None, None, None, None, config, isolated)
+    target = Path(path)
+    try:
+        found = settings.finder.for_folder(target if target.is_dir() else target.resolve().parent)
+    except ConfigError as error:
+        raise usage_error(str(error))
+    effective = settings.effective(found)
+    if output_format == "json":
+        data = {"file": str(found.path) if found.path else None, "settings": {k: {"value": v, "from": src} for k, (v, src) in effective.items()}}
+        typer.echo(json.dumps(data, indent=2))
+        return
+    typer.echo(f"Configuration for {path}: {found.table if found.path else 'no configuration file (defaults)'}")
+    width = max(map(len, effective))
+    for key, (value, source) in effective.items():
+        shown = "all rules" if key == "select" and value is None else json.dumps(value)
+        typer.echo(f"  {key:<{width}}  {shown}    ({source})")
 
 
 def _print_summary(findings, scanned: int) -> None:

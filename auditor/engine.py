@@ -34,7 +34,9 @@ from .rules.files.unreadable_file import UnreadableFileRule as UNREADABLE_FILE
 @dataclass(frozen=True)
 class ScanOptions:
     rules: tuple[type[Rule], ...]
-    extra_hooks: frozenset[str] = frozenset()
+    extra_hooks: frozenset[str] = frozenset()  # method names that run once per step (configuration)
+    periodic_names: frozenset[str] = frozenset()  # names that make an `if` a periodic guard
+    device: str = "auto"  # "cuda" / "cpu": the user says whether the code targets CUDA
 
     @property
     def enabled_codes(self) -> frozenset[str]:
@@ -123,12 +125,12 @@ def _apply_rules(
 ) -> list[Finding]:
     # A list, not a set: the order in which questions are asked must not depend on the hash seed.
     site_types = tuple(dict.fromkeys(node_type for rule in rules for node_type in rule.node_types))
-    index = build_index(module, site_types)
+    index = build_index(module, site_types, options.periodic_names)
     if not index.imports.imports_module("torch"):
         return []  # a file that never imports torch has no tensors
     steps = StepModel(index, options.extra_hooks)
     ctx = RuleContext(index, steps, TensorInference(index, steps))
-    cuda = targets_cuda(index, steps)
+    cuda = targets_cuda(index, steps) if options.device == "auto" else options.device == "cuda"
     raw: list[tuple[type[Rule], Report, StepReason | None]] = []
     for rule_class in rules:
         if rule_class.needs_cuda and not cuda:
@@ -232,11 +234,12 @@ class ScanResult:
     problems: list[str] = field(default_factory=list)
 
 
-def analyze_many(items: Iterable[tuple[str, str, bool]], options: ScanOptions, jobs: int) -> ScanResult:
-    """Analyse (path, display name, explicit) items, in worker processes when there are many."""
+def analyze_many(items: Iterable[tuple[str, str, bool, ScanOptions]], jobs: int) -> ScanResult:
+    """Analyse (path, display name, explicit, options) items, in worker processes when there are
+    many. Each file has its own options: the configuration closest to it decides them."""
     work = list(items)
     if jobs <= 1 or len(work) < 16:
-        results = [_analyze_item(item, options) for item in work]
+        results = [_analyze_item(item) for item in work]
     else:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -244,7 +247,7 @@ def analyze_many(items: Iterable[tuple[str, str, bool]], options: ScanOptions, j
         # test files) must not end up in one worker's batch while the others sit idle.
         work.sort(key=_size, reverse=True)
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_analyze_item, work, [options] * len(work), chunksize=1))
+            results = list(pool.map(_analyze_item, work, chunksize=1))
     total = ScanResult()
     for result in results:
         total.findings.extend(result.findings)
@@ -253,15 +256,15 @@ def analyze_many(items: Iterable[tuple[str, str, bool]], options: ScanOptions, j
     return total
 
 
-def _size(item: tuple[str, str, bool]) -> int:
+def _size(item: tuple[str, str, bool, ScanOptions]) -> int:
     try:
         return os.path.getsize(item[0])
     except OSError:
         return 0
 
 
-def _analyze_item(item: tuple[str, str, bool], options: ScanOptions) -> ScanResult:
-    path, name, explicit = item
+def _analyze_item(item: tuple[str, str, bool, ScanOptions]) -> ScanResult:
+    path, name, explicit, options = item
     with _deep_recursion():
         try:
             return ScanResult(analyze_path(path, name, options, explicit=explicit))

@@ -198,7 +198,8 @@ class ModuleIndex:
 
 
 class _Indexer:
-    def __init__(self, index: ModuleIndex, site_types: tuple[type, ...]) -> None:
+    def __init__(self, index: ModuleIndex, site_types: tuple[type, ...], periodic_names: frozenset[str] = frozenset()) -> None:
+        self.periodic_names = periodic_names
         self.index = index
         self.site_types = frozenset(site_types)
         self.frame = index.module_frame
@@ -232,7 +233,7 @@ class _Indexer:
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
         elif isinstance(node, cst.If) and attribute == "body":
-            if is_periodic_test(node.test, self.loop):
+            if is_periodic_test(node.test, self.loop, self.periodic_names):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
             if is_rare_branch(node.body):
@@ -473,11 +474,12 @@ def _element_of(iterable: cst.BaseExpression, position: int) -> cst.BaseExpressi
     return iterable
 
 
-def build_index(module: cst.Module, site_types: tuple[type, ...]) -> ModuleIndex:
+def build_index(module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str] = frozenset()) -> ModuleIndex:
+    """`periodic_names`: the user's own names that make an `if` a periodic guard (configuration)."""
     imports = ImportTable()
     module_scope = Scope(parent=None)
     index = ModuleIndex(module, imports, module_scope, Frame(FrameKind.MODULE, None, module))
-    indexer = _Indexer(index, site_types)
+    indexer = _Indexer(index, site_types, periodic_names)
     walk(module, indexer.on_visit, indexer.on_visit_attribute, indexer.on_leave_attribute, _STRUCTURAL)
     return index
 

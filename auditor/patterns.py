@@ -86,7 +86,7 @@ def _is_step_counter(expr: cst.BaseExpression, loop_variables: set[str]) -> bool
     return name in loop_variables or bool(STEP_VARIABLE.match(name)) or bool(_EPOCH.search(name))
 
 
-def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None) -> bool:
+def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None, extra_names: frozenset[str] = frozenset()) -> bool:
     """Is `if <test>:` a guard that lets its body run only every so often?
 
     Periodic: a modulo (`step % log_interval == 0`, `not (i + 1) % N`), an equality with a step
@@ -107,10 +107,10 @@ def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None) -> bool:
             ):
                 return True
         elif isinstance(n, cst.Name):
-            if PERIODIC_NAME.search(n.value):
+            if PERIODIC_NAME.search(n.value) or n.value in extra_names:
                 return True
         elif isinstance(n, cst.Attribute):
-            if PERIODIC_NAME.search(n.attr.value):
+            if PERIODIC_NAME.search(n.attr.value) or n.attr.value in extra_names:
                 return True
         elif isinstance(n, cst.Call) and terminal_name(n.func) in _TIME_FUNCTIONS:
             return True
