@@ -22,10 +22,9 @@ from rich.text import Text
 from . import __version__
 from .discovery import MissingPath, discover
 from .docs import rule_markdown
-from .config import ConfigError, ConfigFinder
+from .config import ConfigError
 from .engine import analyze_many, analyze_stdin
-from .settings import CommandLine, Settings
-from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, check_codes, split_codes, usage_error
+from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, build_settings, usage_error
 from .dynamic_commands import analyze, run
 from .registry import all_rules, rule_by_code
 from .reporting import FORMATS
@@ -70,7 +69,7 @@ def scan(
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
 ) -> None:
     """Scan training scripts for code that syncs the host with the GPU once per step."""
-    settings = _settings(select, extend_select, ignore, output_format, config, isolated)
+    settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
     paths = paths or ["."]
     if "-" in paths and len(paths) > 1:
         raise usage_error("`-` (stdin) cannot be combined with other paths")
@@ -107,23 +106,6 @@ def scan(
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
-def _settings(select, extend_select, ignore, output_format, config: str | None, isolated: bool) -> Settings:
-    select_codes, extend_codes, ignore_codes = split_codes(select), split_codes(extend_select), split_codes(ignore)
-    check_codes(select_codes + extend_codes + ignore_codes)
-    if config is not None and not Path(config).is_file():
-        raise usage_error(f"--config: no such file: {config}")
-    command_line = CommandLine(
-        select=tuple(select_codes) if select_codes else None,
-        extend_select=tuple(extend_codes),
-        ignore=tuple(ignore_codes),
-        output_format=output_format.value if output_format is not None else None,
-    )
-    try:
-        return Settings(ConfigFinder(Path(config) if config else None, isolated), command_line)
-    except ConfigError as error:
-        raise usage_error(str(error))
-
-
 @app.command("config")
 def show_config(
     path: Annotated[str, typer.Argument(help="The file or folder whose configuration to show.")] = ".",
@@ -136,7 +118,7 @@ def show_config(
         raise usage_error(f"unknown format {output_format!r}: use text or json")
     if not os.path.exists(path):
         raise usage_error(f"no such file or folder: {path}")
-    settings = _settings(None, None, None, None, config, isolated)
+    settings = build_settings(None, None, None, None, config, isolated)
     target = Path(path)
     try:
         found = settings.finder.for_folder(target if target.is_dir() else target.resolve().parent)

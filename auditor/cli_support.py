@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
+from pathlib import Path
 
 import typer
 
+from .config import ConfigError, ConfigFinder
 from .registry import unknown_codes
+from .settings import CommandLine, Settings
 
 # As ruff's: 0 nothing found, 1 findings, 2 a usage error, a missing path or an internal error.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -36,3 +39,21 @@ def check_codes(codes: list[str]) -> None:
     bad = unknown_codes(codes)
     if bad:
         raise usage_error(f"unknown rule code{'s' if len(bad) > 1 else ''}: {', '.join(bad)} (see `loopaudit rules`)")
+
+
+def build_settings(select, extend_select, ignore, output_format, config: str | None, isolated: bool) -> Settings:
+    """The command line's rule flags and configuration options, checked, over the configuration files."""
+    select_codes, extend_codes, ignore_codes = split_codes(select), split_codes(extend_select), split_codes(ignore)
+    check_codes(select_codes + extend_codes + ignore_codes)
+    if config is not None and not Path(config).is_file():
+        raise usage_error(f"--config: no such file: {config}")
+    command_line = CommandLine(
+        select=tuple(select_codes) if select_codes else None,
+        extend_select=tuple(extend_codes),
+        ignore=tuple(ignore_codes),
+        output_format=output_format.value if output_format is not None else None,
+    )
+    try:
+        return Settings(ConfigFinder(Path(config) if config else None, isolated), command_line)
+    except ConfigError as error:
+        raise usage_error(str(error))

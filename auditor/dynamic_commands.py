@@ -8,25 +8,29 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, check_codes, split_codes, usage_error
+from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, build_settings, usage_error
+from .config import ConfigError
 from .engine import ScanOptions, analyze_path
 from .finding import Finding
-from .registry import select_rules
+from .registry import all_rules
 from .reporting import FORMATS, measured, measured_json
 from .rule import RuntimeRule
 
 
-def _rules(select: list[str] | None, ignore: list[str] | None):
-    select_codes, ignore_codes = split_codes(select), split_codes(ignore)
-    check_codes(select_codes + ignore_codes)
-    chosen = select_rules(select_codes, ignore_codes)
-    runtime = tuple(rule for rule in chosen if issubclass(rule, RuntimeRule))
-    static = tuple(rule for rule in chosen if not issubclass(rule, RuntimeRule))
+def _STATIC_RULES():
+    return tuple(rule for rule in all_rules() if not issubclass(rule, RuntimeRule))
+
+
+def _split(rules) -> tuple[tuple[type[RuntimeRule], ...], frozenset[str]]:
+    """The runtime rules among `rules`, and the codes of the static ones (which static findings to list)."""
+    runtime = tuple(rule for rule in rules if issubclass(rule, RuntimeRule))
+    static = frozenset(rule.code for rule in rules if not issubclass(rule, RuntimeRule))
     return runtime, static
 
 
@@ -59,6 +63,8 @@ def run(
     ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (not when the script fails).")] = False,
     color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
 ) -> None:
     """Run a training script for a few steps and measure its step time, data waits and syncs.
 
@@ -81,15 +87,20 @@ def run(
         profile = True
         if not Path(trace_out).resolve().parent.is_dir():
             raise usage_error(f"--trace-out: the folder of {trace_out} does not exist")
-    runtime_rules, static_rules = _rules(select, ignore)
+    settings = build_settings(select, None, ignore, None, config, isolated)
+    try:
+        runtime_rules, shown = _split(settings.rules_for(path))
+        # Every static rule runs (some runtime rules weigh the scan's word); the selection only
+        # decides which static findings are listed. The file's step methods, periodic names and
+        # device setting apply.
+        options = replace(settings.options_for(path), rules=_STATIC_RULES())
+    except ConfigError as error:
+        raise usage_error(str(error))
     if not torch_is_installed():
         raise usage_error("`loopaudit run` needs torch in this environment: pip install 'loopaudit[profile]'")
 
     script_path = str(path.resolve())
     scan: list[Finding] = []
-    # Every static rule runs: some runtime rules weigh the scan's word; --select filters the listing.
-    options = ScanOptions(rules=_rules(None, None)[1])
-    shown = {rule.code for rule in static_rules}
 
     def scan_while_it_runs() -> None:
         scan.extend(analyze_path(script_path, display_path(script_path), options, explicit=True))
@@ -225,6 +236,8 @@ def analyze(
     ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
     color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
 ) -> None:
     """Analyse a profiler trace someone already recorded: step breakdown, DataLoader share, syncs,
     pageable copies, allocator churn and GPU idle time, with the LA6xx findings they show."""
@@ -233,10 +246,11 @@ def analyze(
     from .profiling.trace import TraceError, load_trace
     from .profiling.trace_analysis import analyze_trace
 
-    runtime_rules, _ = _rules(select, ignore)
+    settings = build_settings(select, None, ignore, None, config, isolated)
     try:
+        runtime_rules, _ = _split(settings.rules_for(Path(trace)))
         analysis = analyze_trace(load_trace(trace))
-    except TraceError as error:
+    except (ConfigError, TraceError) as error:
         raise usage_error(str(error))
     findings = audit_trace(analysis, runtime_rules)
     breakdown = from_trace(analysis)

@@ -15,7 +15,7 @@ from pathlib import Path
 from .config import ConfigFinder, FileConfig
 from .engine import ScanOptions
 from .registry import select_rules
-from .rule import RuntimeRule
+from .rule import Rule, RuntimeRule
 
 KEYS = (
     "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
@@ -61,6 +61,16 @@ class Settings:
             result["output-format"] = (cli.output_format, "command line")
         return result
 
+    def rules_for(self, file: Path | str) -> tuple[type[Rule], ...]:
+        """Every rule that applies to `file`, static and runtime."""
+        config = self.finder.for_file(file)
+        values = {name: value for name, (value, _) in self.effective(config).items()}
+        selected = select_rules(values["select"], None)
+        extra = select_rules(values["extend-select"], None) if values["extend-select"] else ()
+        chosen = {rule.code: rule for rule in (*selected, *extra)}
+        dropped = tuple(code.upper() for code in (*values["ignore"], *config.ignored_codes(Path(file))))
+        return tuple(rule for code, rule in sorted(chosen.items()) if not any(code.startswith(prefix) for prefix in dropped))
+
     def options_for(self, file: Path | str) -> ScanOptions:
         """The scan options for one file (shared by every file with the same configuration and
         per-file ignores)."""
@@ -70,16 +80,8 @@ class Settings:
         options = self._options.get(key)
         if options is None:
             values = {name: value for name, (value, _) in self.effective(config).items()}
-            selected = select_rules(values["select"], None)
-            extra = select_rules(values["extend-select"], None) if values["extend-select"] else ()
-            chosen = {rule.code: rule for rule in (*selected, *extra)}
-            dropped = tuple(code.upper() for code in (*values["ignore"], *per_file))
-            rules = tuple(
-                rule for code, rule in sorted(chosen.items())
-                if not issubclass(rule, RuntimeRule) and not any(code.startswith(prefix) for prefix in dropped)
-            )
             options = ScanOptions(
-                rules=rules,
+                rules=tuple(rule for rule in self.rules_for(file) if not issubclass(rule, RuntimeRule)),
                 extra_hooks=frozenset(values["step-methods"]),
                 periodic_names=frozenset(values["periodic-names"]),
                 device=values["device"],

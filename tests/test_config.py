@@ -159,3 +159,28 @@ def test_the_project_s_own_fixtures_scan_the_same_without_configuration():
     with_config = run_cli("scan", str(FIXTURES), "--output-format", "json", "--exit-zero")
     isolated = run_cli("scan", str(FIXTURES), "--output-format", "json", "--exit-zero", "--isolated")
     assert json.loads(with_config.out) == json.loads(isolated.out)
+
+
+def test_run_and_analyze_follow_the_configuration(tmp_path):
+    pytest.importorskip("torch", reason="`loopaudit run` needs torch")
+    script = textwrap.dedent("""\
+        import torch
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(20):
+            loss = model(torch.randn(8, 4)).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            print(loss.item())
+    """)
+    project(tmp_path, {"train.py": script})
+    args = ("run", "train.py", "--warmup", "2", "--steps", "4", "--output-format", "json")
+    measured = json.loads(run_cli(*args, cwd=tmp_path).out)
+    assert [f["code"] for f in measured["findings"]] == ["LA601"]
+    (tmp_path / "loopaudit.toml").write_text('ignore = ["LA601"]\n')
+    measured = json.loads(run_cli(*args, cwd=tmp_path).out)
+    assert measured["findings"] == [] and measured["sync_sites"]  # still measured, not reported
+    (tmp_path / "loopaudit.toml").write_text('ignore = "LA601"\n')
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2 and "ignore: must be a list of strings" in result.err
