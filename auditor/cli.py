@@ -67,6 +67,7 @@ def scan(
     color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off (default: when writing to a terminal).")] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file for every file (pyproject.toml or loopaudit.toml).")] = None,
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+    force_exclude: Annotated[bool, typer.Option("--force-exclude", help="Apply exclude/extend-exclude to files named on the command line too (for pre-commit, which names every file).")] = False,
 ) -> None:
     """Scan training scripts for code that syncs the host with the GPU once per step."""
     settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
@@ -83,7 +84,7 @@ def scan(
                 found = discover(paths)
             except MissingPath as missing:
                 raise usage_error(f"no such file or folder: {missing}")
-            files = [f for f in found if f.explicit or not settings.excluded(Path(f.path))]
+            files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
             workers = jobs or os.cpu_count() or 1
             results = analyze_many([(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files], workers)
             scanned = len(files)
