@@ -22,6 +22,9 @@ class OutputFormat(str, enum.Enum):
     concise = "concise"
     json = "json"
     github = "github"
+    sarif = "sarif"
+    gitlab = "gitlab"
+    junit = "junit"
 
 
 def usage_error(message: str) -> typer.Exit:

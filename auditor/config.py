@@ -7,7 +7,7 @@ from the file's own, that holds a `loopaudit.toml` (which wins) or a `pyproject.
     select, ignore, extend-select      rule codes or prefixes (LA1, LA101)
     per-file-ignores                   {glob: [codes]}, globs relative to the file's folder
     exclude, extend-exclude            globs of files and folders a folder walk skips
-    output-format                      full, concise, json, github
+    output-format                      full, concise, json, github, sarif, gitlab, junit
     step-methods                       method names that run once per step (a house `train_step`)
     periodic-names                     names that make an `if` a periodic guard (`if log_now:`)
     device                             "auto" (infer from the code), "cuda" or "cpu"
@@ -33,7 +33,7 @@ except ModuleNotFoundError:  # Python 3.10
 from .registry import unknown_codes
 
 CONFIG_FILES = ("loopaudit.toml", "pyproject.toml")
-OUTPUT_FORMATS = ("full", "concise", "json", "github")
+OUTPUT_FORMATS = ("full", "concise", "json", "github", "sarif", "gitlab", "junit")
 DEVICES = ("auto", "cuda", "cpu")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

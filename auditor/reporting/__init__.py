@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ..finding import Finding
-from . import concise, full, github, json_format
+from . import concise, full, github, gitlab, json_format, junit, sarif
 
 Renderer = Callable[[Sequence[Finding], TextIO, bool], None]
 
@@ -15,4 +15,7 @@ FORMATS: dict[str, Renderer] = {
     "concise": concise.render,
     "json": json_format.render,
     "github": github.render,
+    "sarif": sarif.render,
+    "gitlab": gitlab.render,
+    "junit": junit.render,
 }

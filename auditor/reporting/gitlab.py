@@ -1,0 +1,32 @@
+"""GitLab's Code Quality report (a JSON list, read by the `codequality` artifact of a CI job)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from ..finding import Finding
+from ..fingerprint import fingerprints
+
+# Code Quality's severities: info, minor, major, critical, blocker.
+_SEVERITIES = {"error": "critical", "warning": "major", "info": "info"}
+
+
+def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
+    report = [
+        {
+            "description": f"{finding.code} {finding.message}",
+            "check_name": finding.code,
+            "fingerprint": fingerprint,
+            "severity": _SEVERITIES.get(finding.severity, "major"),
+            "location": {
+                "path": Path(finding.filename).as_posix(),
+                "lines": {"begin": finding.location.row, "end": finding.end_location.row},
+            },
+        }
+        for finding, fingerprint in zip(findings, fingerprints(findings))
+    ]
+    json.dump(report, out, indent=2)
+    out.write("\n")

@@ -1,0 +1,89 @@
+"""SARIF 2.1.0, as GitHub code scanning reads it: one run, the rules that were reported with their
+documentation, one result per finding with its region and a fingerprint that survives line shifts.
+
+Paths are relative to the working directory, marked with `%SRCROOT%` (run the scan from the
+repository root, as the upload action expects).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from .. import __version__
+from ..finding import Finding
+from ..fingerprint import fingerprints
+from ..registry import rule_by_code
+
+INFORMATION_URI = "https://github.com/loopaudit/loopaudit"
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+# SARIF's levels for our severities.
+_LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def _rule_descriptor(code: str, url: str | None) -> dict:
+    rule = rule_by_code(code)
+    descriptor = {"id": code}
+    if rule is not None:
+        descriptor.update({
+            "name": rule.name,
+            "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": rule.what_it_flags},
+            "help": {"text": f"{rule.why_it_costs}\n\nUse instead:\n{rule.use_instead}"},
+            "defaultConfiguration": {"level": "warning"},
+            "properties": {"tags": ["performance", "pytorch"]},
+        })
+    if url:
+        descriptor["helpUri"] = url
+    return descriptor
+
+
+def document(findings: Sequence[Finding]) -> dict:
+    codes = sorted({f.code for f in findings})
+    index = {code: number for number, code in enumerate(codes)}
+    urls = {f.code: f.url for f in findings}
+    results = []
+    for finding, fingerprint in zip(findings, fingerprints(findings)):
+        region = {
+            "startLine": finding.location.row,
+            "startColumn": finding.location.column,
+            "endLine": finding.end_location.row,
+            "endColumn": finding.end_location.column,
+        }
+        if finding.source_line is not None:
+            region["snippet"] = {"text": finding.source_line}
+        results.append({
+            "ruleId": finding.code,
+            "ruleIndex": index[finding.code],
+            "level": _LEVELS.get(finding.severity, "warning"),
+            "message": {"text": finding.message + (f"\nHelp: {finding.suggestion}" if finding.suggestion else "")},
+            "locations": [{
+                "physicalLocation": {
+                    "artifactLocation": {"uri": Path(finding.filename).as_posix(), "uriBaseId": "%SRCROOT%"},
+                    "region": region,
+                },
+            }],
+            "partialFingerprints": {"loopaudit/v1": fingerprint},
+        })
+    return {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "loopaudit",
+                "version": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": [_rule_descriptor(code, urls[code]) for code in codes],
+            }},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().resolve().as_uri() + "/"}},
+            "columnKind": "unicodeCodePoints",
+            "results": results,
+        }],
+    }
+
+
+def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
+    json.dump(document(findings), out, indent=2)
+    out.write("\n")
