@@ -22,7 +22,11 @@ from rich.text import Text
 from . import __version__
 from .discovery import MissingPath, discover
 from .docs import rule_markdown
+from .baseline import BaselineError, new_findings
+from .baseline import load as load_baseline
+from .baseline import write as write_baseline_file
 from .config import ConfigError
+from .since import SinceError, changed_lines, on_changed_lines
 from .engine import analyze_many, analyze_stdin
 from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, build_settings, usage_error
 from .dynamic_commands import analyze, run
@@ -68,9 +72,18 @@ def scan(
     config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file for every file (pyproject.toml or loopaudit.toml).")] = None,
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
     force_exclude: Annotated[bool, typer.Option("--force-exclude", help="Apply exclude/extend-exclude to files named on the command line too (for pre-commit, which names every file).")] = False,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Report only findings that are not in this baseline file.")] = None,
+    write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in this file (for --baseline) and exit 0.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Report only findings on lines changed since this git revision (e.g. origin/main).")] = None,
 ) -> None:
     """Scan training scripts for code that syncs the host with the GPU once per step."""
     settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
+    if baseline and write_baseline:
+        raise usage_error("--baseline and --write-baseline cannot be combined")
+    try:
+        known = load_baseline(Path(baseline)) if baseline else None
+    except BaselineError as error:
+        raise usage_error(str(error))
     paths = paths or ["."]
     if "-" in paths and len(paths) > 1:
         raise usage_error("`-` (stdin) cannot be combined with other paths")
@@ -94,6 +107,26 @@ def scan(
     findings, problems = results.findings, results.problems
     for problem in problems:
         typer.echo(f"loopaudit: internal error: {problem} (please report this)", err=True)
+    if write_baseline:
+        try:
+            write_baseline_file(Path(write_baseline), findings)
+        except (BaselineError, OSError) as error:
+            raise usage_error(str(error))
+        typer.echo(f"Wrote a baseline of {len(findings)} finding{'s' if len(findings) != 1 else ''} to {write_baseline}.", err=True)
+        raise typer.Exit(EXIT_ERROR if problems else EXIT_CLEAN)
+    hidden = []
+    if since:
+        try:
+            changes = changed_lines(since)
+        except SinceError as error:
+            raise usage_error(str(error))
+        kept = on_changed_lines(findings, changes)
+        hidden.append(f"{len(findings) - len(kept)} on lines unchanged since {since}")
+        findings = kept
+    if known is not None:
+        kept = new_findings(findings, known)
+        hidden.append(f"{len(findings) - len(kept)} in the baseline")
+        findings = kept
 
     use_color = sys.stdout.isatty() if color is None else color
     if statistics:
@@ -101,7 +134,7 @@ def scan(
     else:
         FORMATS[chosen_format.value](findings, sys.stdout, use_color)
         if chosen_format in (OutputFormat.full, OutputFormat.concise):
-            _print_summary(findings, scanned)
+            _print_summary(findings, scanned, hidden)
     if problems:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
@@ -137,13 +170,14 @@ def show_config(
         typer.echo(f"  {key:<{width}}  {shown}    ({source})")
 
 
-def _print_summary(findings, scanned: int) -> None:
+def _print_summary(findings, scanned: int, hidden: list[str]) -> None:
     files = len({f.filename for f in findings})
+    not_shown = f"; not shown: {', '.join(hidden)}" if hidden else ""
     if findings:
         noun = "finding" if len(findings) == 1 else "findings"
-        typer.echo(f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned).")
+        typer.echo(f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned{not_shown}).")
     else:
-        typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned).")
+        typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned{not_shown}).")
 
 
 def _print_statistics(findings, output_format: OutputFormat, color: bool) -> None:

@@ -1,0 +1,104 @@
+"""Adopting loopaudit on a legacy repository: baselines that survive line shifts, and `--since REV`
+for pull requests, through the installed command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_cli
+
+LEGACY = textwrap.dedent("""\
+    import torch
+    model = torch.nn.Linear(4, 2).cuda()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+        loss.backward()
+        optimizer.step()
+        print(loss.item())
+        total = loss.item()
+""")
+NEW_SYNC = "    again = loss.item()\n"
+
+
+def codes_and_lines(tmp_path: Path, *args: str) -> list[tuple[str, int]]:
+    result = run_cli("scan", "train.py", "--output-format", "json", *args, cwd=tmp_path)
+    assert result.returncode in (0, 1), result.err
+    return [(f["code"], f["location"]["row"]) for f in json.loads(result.out)]
+
+
+def test_a_baseline_hides_old_findings_after_lines_shift_and_shows_new_ones(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LEGACY)
+    assert codes_and_lines(tmp_path) == [("LA101", 7), ("LA101", 8)]
+    written = run_cli("scan", "train.py", "--write-baseline", "loopaudit-baseline.json", cwd=tmp_path)
+    assert written.returncode == 0 and "Wrote a baseline of 2 findings" in written.err
+    assert codes_and_lines(tmp_path, "--baseline", "loopaudit-baseline.json") == []
+    # Unrelated edits move every line down by three: still nothing new.
+    script.write_text('"""Train."""\nimport os\n\n' + LEGACY)
+    result = run_cli("scan", "train.py", "--baseline", "loopaudit-baseline.json", cwd=tmp_path)
+    assert result.returncode == 0 and "not shown: 2 in the baseline" in result.out
+    # A new sync, identical in text to an old one's kind, is reported, and only it.
+    script.write_text('"""Train."""\nimport os\n\n' + LEGACY + NEW_SYNC)
+    assert codes_and_lines(tmp_path, "--baseline", "loopaudit-baseline.json") == [("LA101", 12)]
+
+
+def test_identical_lines_are_counted_not_merged(tmp_path):
+    (tmp_path / "train.py").write_text(LEGACY.replace("    total = loss.item()\n", "    print(loss.item())\n"))
+    run_cli("scan", "train.py", "--write-baseline", "base.json", cwd=tmp_path)
+    (tmp_path / "train.py").write_text(LEGACY.replace("    total = loss.item()\n", "    print(loss.item())\n    print(loss.item())\n"))
+    assert codes_and_lines(tmp_path, "--baseline", "base.json") == [("LA101", 9)]
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        (None, ("--baseline", "missing.json"), "--baseline: no such file: missing.json"),
+        ("not json", ("--baseline", "bad.json"), "is not a loopaudit baseline"),
+        ('{"findings": []}', ("--baseline", "bad.json"), "is not a loopaudit baseline"),
+        (None, ("--baseline", "a.json", "--write-baseline", "b.json"), "cannot be combined"),
+        (None, ("--write-baseline", "no/such/folder/b.json"), "does not exist"),
+    ],
+    ids=["missing", "not-json", "not-a-baseline", "both", "bad-folder"],
+)
+def test_bad_baseline_use_is_a_clear_error(tmp_path, setup, args, message):
+    (tmp_path / "train.py").write_text(LEGACY)
+    if setup is not None:
+        (tmp_path / "bad.json").write_text(setup)
+    result = run_cli("scan", "train.py", *args, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.err
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args],
+        cwd=cwd, check=True, capture_output=True,
+    )
+
+
+def test_since_reports_only_findings_on_changed_lines(tmp_path):
+    (tmp_path / "train.py").write_text(LEGACY)
+    git("init", "-q", "-b", "main", cwd=tmp_path)
+    git("add", "train.py", cwd=tmp_path)
+    git("commit", "-q", "-m", "legacy", cwd=tmp_path)
+    (tmp_path / "train.py").write_text("import os\n" + LEGACY + NEW_SYNC)
+    assert codes_and_lines(tmp_path, "--since", "HEAD") == [("LA101", 10)]
+    # A file git does not track yet is new in every line.
+    (tmp_path / "other.py").write_text(LEGACY)
+    result = run_cli("scan", "train.py", "other.py", "--since", "HEAD", "--output-format", "concise", cwd=tmp_path)
+    assert [line.split()[0] for line in result.out.splitlines() if " LA" in line] == ["other.py:7:11:", "other.py:8:13:", "train.py:10:13:"]
+
+
+def test_since_errors(tmp_path):
+    (tmp_path / "train.py").write_text(LEGACY)
+    result = run_cli("scan", "train.py", "--since", "HEAD", cwd=tmp_path)
+    assert result.returncode == 2 and "--since" in result.err  # not a git repository
+    git("init", "-q", "-b", "main", cwd=tmp_path)
+    git("add", "train.py", cwd=tmp_path)
+    git("commit", "-q", "-m", "one", cwd=tmp_path)
+    result = run_cli("scan", "train.py", "--since", "no-such-branch", cwd=tmp_path)
+    assert result.returncode == 2 and "--since" in result.err
