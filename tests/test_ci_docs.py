@@ -1,0 +1,109 @@
+"""docs/ci.md's GitHub Actions workflow and GitLab CI job, run as far as this machine allows: every
+`run:` / `script:` command that calls loopaudit is run as written (the `pip install` is the test
+environment's own), in a throw-away git repository shaped like a pull request."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from xml.etree import ElementTree
+
+import jsonschema
+import pytest
+import yaml
+
+from .conftest import REPO
+from .test_output_formats import official_sarif_schema
+
+DOC = (REPO / "docs" / "ci.md").read_text()
+LEGACY = textwrap.dedent("""\
+    import torch
+    model = torch.nn.Linear(4, 2).cuda()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+        loss.backward()
+        optimizer.step()
+        print(loss.item())
+""")
+
+
+def yaml_blocks() -> list[dict]:
+    return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", DOC, re.S)]
+
+
+def github_commands() -> list[str]:
+    (workflow,) = [block for block in yaml_blocks() if "jobs" in block]
+    steps = workflow["jobs"]["loopaudit"]["steps"]
+    return [step["run"] for step in steps if "run" in step and "loopaudit scan" in step["run"]]
+
+
+def gitlab_commands() -> list[str]:
+    (pipeline,) = [block for block in yaml_blocks() if "loopaudit" in block and "script" in block["loopaudit"]]
+    return [line for line in pipeline["loopaudit"]["script"] if line.startswith("loopaudit scan")]
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.com", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def pull_request(tmp_path) -> Path:
+    """A repository with a legacy script and its committed baseline on `main`, checked out on a
+    branch that adds one more per-step sync; `origin/main` points at the base, as after a fetch."""
+    (tmp_path / "train.py").write_text(LEGACY)
+    git("init", "-q", "-b", "main", cwd=tmp_path)
+    subprocess.run([shell_path("loopaudit"), "scan", "--write-baseline", "loopaudit-baseline.json"], cwd=tmp_path, check=True, capture_output=True)
+    git("add", ".", cwd=tmp_path)
+    git("commit", "-q", "-m", "legacy code and its baseline", cwd=tmp_path)
+    git("update-ref", "refs/remotes/origin/main", "HEAD", cwd=tmp_path)
+    git("checkout", "-q", "-b", "feature", cwd=tmp_path)
+    (tmp_path / "train.py").write_text(LEGACY + "    total = loss.item()\n")
+    git("commit", "-qam", "log the total", cwd=tmp_path)
+    return tmp_path
+
+
+def shell_path(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    command = command.replace("${{ github.base_ref }}", "main")
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    return subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_documents_hold_the_jobs_they_describe():
+    assert len(github_commands()) == 3 and len(gitlab_commands()) == 3
+
+
+def test_github_workflow_commands(pull_request):
+    annotate, sarif, gate = github_commands()
+    annotated = run(annotate, pull_request)
+    assert annotated.returncode == 0, annotated.stderr
+    assert annotated.stdout.splitlines() == [line for line in annotated.stdout.splitlines() if line.startswith("::warning")]
+    assert len(annotated.stdout.splitlines()) == 1 and "line=8" in annotated.stdout  # only the new line
+    assert run(sarif, pull_request).returncode == 0
+    log = json.loads((pull_request / "loopaudit.sarif").read_text())
+    jsonschema.Draft4Validator(official_sarif_schema()).validate(log)
+    assert len(log["runs"][0]["results"]) == 2
+    failed = run(gate, pull_request)
+    assert failed.returncode == 1 and "train.py:8:" in failed.stdout and "train.py:7:" not in failed.stdout
+    git("checkout", "-q", "main", cwd=pull_request)
+    assert run(gate, pull_request).returncode == 0
+
+
+def test_gitlab_job_commands(pull_request):
+    quality, junit, gate = gitlab_commands()
+    assert run(quality, pull_request).returncode == 0
+    report = json.loads((pull_request / "gl-code-quality-report.json").read_text())
+    assert [issue["location"]["lines"]["begin"] for issue in report] == [7, 8]
+    assert run(junit, pull_request).returncode == 0
+    assert len(ElementTree.parse(pull_request / "loopaudit-junit.xml").getroot().findall(".//failure")) == 2
+    assert run(gate, pull_request).returncode == 1
+    since = run(gate.replace("--baseline loopaudit-baseline.json", '--since "origin/main"'), pull_request)
+    assert since.returncode == 1 and "train.py:8:" in since.stdout and "train.py:7:" not in since.stdout
