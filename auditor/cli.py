@@ -26,6 +26,8 @@ from .baseline import BaselineError, new_findings
 from .baseline import load as load_baseline
 from .baseline import write as write_baseline_file
 from .config import ConfigError
+from .finding import Finding
+from .fixing import applicable, fix_file
 from .since import SinceError, changed_lines, on_changed_lines
 from .engine import analyze_many, analyze_stdin
 from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, build_settings, usage_error
@@ -75,6 +77,9 @@ def scan(
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="Report only findings that are not in this baseline file.")] = None,
     write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in this file (for --baseline) and exit 0.")] = None,
     since: Annotated[Optional[str], typer.Option("--since", help="Report only findings on lines changed since this git revision (e.g. origin/main).")] = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Apply the safe fixes to the files.")] = False,
+    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix or --diff: also apply fixes that change behaviour (each rule's docs say which).")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Print the fixes as a unified diff and write nothing (exit 1 when there is one).")] = False,
 ) -> None:
     """Scan training scripts for code that syncs the host with the GPU once per step."""
     settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
@@ -85,8 +90,11 @@ def scan(
     except BaselineError as error:
         raise usage_error(str(error))
     paths = paths or ["."]
+    fixes = []
     if "-" in paths and len(paths) > 1:
         raise usage_error("`-` (stdin) cannot be combined with other paths")
+    if "-" in paths and (fix or diff):
+        raise usage_error("--fix and --diff work on files, not on stdin")
     try:
         if "-" in paths:
             options = settings.options_for(Path(stdin_filename or "stdin.py"))
@@ -101,10 +109,19 @@ def scan(
             workers = jobs or os.cpu_count() or 1
             results = analyze_many([(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files], workers)
             scanned = len(files)
+            if fix or diff:
+                results.findings, fixes = _fix_files(results.findings, files, settings, unsafe_fixes, write=not diff)
         chosen_format = OutputFormat(settings.output_format(Path.cwd()))
     except ConfigError as error:
         raise usage_error(str(error))
     findings, problems = results.findings, results.problems
+    if diff:
+        for changed in fixes:
+            sys.stdout.write(changed.diff)
+        count = sum(len(changed.fixed) for changed in fixes)
+        files_changed = sum(1 for changed in fixes if changed.changed)
+        typer.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {files_changed} file{'s' if files_changed != 1 else ''}.", err=True)
+        raise typer.Exit(EXIT_ERROR if problems else (EXIT_FINDINGS if count else EXIT_CLEAN))
     for problem in problems:
         typer.echo(f"loopaudit: internal error: {problem} (please report this)", err=True)
     if write_baseline:
@@ -135,6 +152,7 @@ def scan(
         FORMATS[chosen_format.value](findings, sys.stdout, use_color)
         if chosen_format in (OutputFormat.full, OutputFormat.concise):
             _print_summary(findings, scanned, hidden)
+            _print_fix_summary(findings, fixes if fix else None, unsafe_fixes)
     if problems:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
@@ -178,6 +196,37 @@ def _print_summary(findings, scanned: int, hidden: list[str]) -> None:
         typer.echo(f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned{not_shown}).")
     else:
         typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned{not_shown}).")
+
+
+def _fix_files(findings, files, settings, unsafe: bool, write: bool):
+    """Fix every file with an applicable fix; its findings become those left after fixing."""
+    fixable = {f.filename for f in findings if applicable(f, unsafe)}
+    by_display = {f.display: f for f in files}
+    results = []
+    for display in sorted(fixable):
+        source = by_display[display]
+        results.append(fix_file(source.path, display, settings.options_for(source.path), unsafe=unsafe, write=write))
+    for result in results:
+        if result.problem:
+            typer.echo(f"loopaudit: {result.display}: {result.problem}", err=True)
+    replaced = {r.display: r.remaining for r in results if r.changed and not r.problem and write}
+    kept = [f for f in findings if f.filename not in replaced]
+    kept += [f for remaining in replaced.values() for f in remaining]
+    return sorted(kept, key=Finding.sort_key), results
+
+
+def _print_fix_summary(findings, fixes, unsafe: bool) -> None:
+    """As ruff: what was fixed, and what --fix or --unsafe-fixes would fix of what is left."""
+    if fixes is not None:
+        count = sum(len(r.fixed) for r in fixes if r.changed and not r.problem)
+        if count:
+            typer.echo(f"Fixed {count} finding{'s' if count != 1 else ''} ({len(findings)} remaining).")
+    safe = sum(1 for f in findings if applicable(f, False))
+    more = sum(1 for f in findings if applicable(f, True)) - safe
+    if fixes is None and safe:
+        typer.echo(f"{safe} fixable with --fix.")
+    if more and not unsafe:
+        typer.echo(f"{more} more fixable with --fix --unsafe-fixes.")
 
 
 def _print_statistics(findings, output_format: OutputFormat, color: bool) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import stat
 import sys
 import tokenize
@@ -20,10 +21,10 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .context import RuleContext
 from .device import targets_cuda
-from .finding import Finding, Location, rule_url
+from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .module_index import build_index
 from .prefilter import may_contain_findings
-from .rule import Report, Rule
+from .rule import Fix, Report, Rule
 from .stepmodel import StepModel, StepReason
 from .suppression import is_suppressed, suppressions
 from .tensors import TensorInference
@@ -149,8 +150,37 @@ def _apply_rules(
     return _to_findings(module, text, display_name, raw)
 
 
+def _line_starts(text: str) -> list[int]:
+    """Offset of each line's first character, with libcst's idea of a line break (not str.splitlines',
+    which also breaks at form feeds and other separators)."""
+    return [0, *(match.end() for match in _NEWLINE.finditer(text))]
+
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def _fix_info(fix: Fix, module: cst.Module, text: str, positions, starts: list[int]) -> FixInfo:
+    edits = []
+    for old, new in fix.replacements:
+        span = positions[old]
+        start = starts[span.start.line - 1] + span.start.column
+        end = starts[span.end.line - 1] + span.end.column
+        # The new code as the whole module would print it: a node printed alone loses the indentation
+        # of the blocks around it on its continuation lines. Text before and after the span is unchanged.
+        rewritten = module.deep_replace(old, new).code
+        edits.append(Edit(
+            start=start,
+            end=end,
+            content=rewritten[start:len(rewritten) - (len(text) - end)],
+            location=Location(span.start.line, span.start.column + 1),
+            end_location=Location(span.end.line, span.end.column + 1),
+        ))
+    return FixInfo("safe" if fix.safe else "unsafe", fix.description, tuple(sorted(edits, key=lambda e: e.start)))
+
+
 def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[Finding]:
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    starts = _line_starts(text)
     lines = text.splitlines()
     suppressed = suppressions(text)
     findings: dict[tuple[str, int], Finding] = {}
@@ -170,6 +200,7 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[
             suggestion=rule_class.suggestion,
             source_line=lines[row - 1] if row - 1 < len(lines) else None,
             url=rule_url(rule_class.code, rule_class.name),
+            fix=_fix_info(report.fix, module, text, positions, starts) if report.fix else None,
         )
     return sorted(findings.values(), key=Finding.sort_key)
 

@@ -19,6 +19,34 @@ class Location:
 
 
 @dataclass(frozen=True)
+class Edit:
+    """Replace the text from `start` to `end` (offsets in the decoded source) with `content`."""
+
+    start: int
+    end: int
+    content: str
+    location: Location
+    end_location: Location
+
+
+@dataclass(frozen=True)
+class FixInfo:
+    applicability: str  # "safe" or "unsafe", as ruff's JSON says
+    message: str
+    edits: tuple[Edit, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "applicability": self.applicability,
+            "message": self.message,
+            "edits": [
+                {"content": e.content, "location": asdict(e.location), "end_location": asdict(e.end_location)}
+                for e in self.edits
+            ],
+        }
+
+
+@dataclass(frozen=True)
 class Finding:
     code: str
     message: str
@@ -36,6 +64,7 @@ class Finding:
     # rule-specific facts (the live DataLoader settings, the kind of sync, the static codes there).
     observed: dict | None = None
     details: dict | None = None
+    fix: FixInfo | None = None  # an automatic rewrite, for --fix (safe) or --unsafe-fixes
 
     def sort_key(self) -> tuple:
         return (self.filename, self.location, self.code)
@@ -43,7 +72,7 @@ class Finding:
     def to_json(self) -> dict:
         data = asdict(self)
         data.pop("source_line")
-        data["fix"] = None  # no rule has an automatic fix yet: every one changes what the code computes
+        data["fix"] = self.fix.to_json() if self.fix else None
         for key in ("observed", "details"):
             if data[key] is None:
                 data.pop(key)  # `loopaudit scan`'s JSON keeps ruff's shape

@@ -20,9 +20,21 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """How to rewrite the reported code: each (node in the tree, node to write in its place)."""
+
+    description: str  # "add `pin_memory=True`", shown in the summary and the JSON
+    replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]
+    # Safe: what the code computes stays the same (applied by --fix). Unsafe: it changes behaviour
+    # in a way the user must accept (applied only with --unsafe-fixes).
+    safe: bool = True
+
+
+@dataclass(frozen=True)
 class Report:
     node: cst.CSTNode
     message: str | None = None  # overrides the rule's message when the trigger deserves naming
+    fix: Fix | None = None
 
 
 class Rule:

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.call_edits import TRUE, with_keyword
+from loopaudit.rule import Fix, Report, Rule
 from ._loaders import is_host_batch, moves_to_device
 
 _CREATION = frozenset({
@@ -64,6 +65,7 @@ class BlockingBatchCopy(Rule):
         "    loss = criterion(model(images), labels)\n"
     )
     fix_safety = (
+        "Fixed by `--fix` (safe): `non_blocking=True` is added (or replaces `non_blocking=False`). "
         "Safe for host-to-device copies on the current stream: later kernels on the same stream wait for "
         "the copy. Not safe to mirror for device-to-host copies, whose result the host must not read "
         "before a synchronization. Without pinned memory the change is harmless but gains little."
@@ -152,4 +154,5 @@ class BlockingBatchCopy(Rule):
             node,
             f"`{ctx.source(node)}` is a blocking host-to-device copy of the batch: the CPU waits for the "
             "GPU's queue to drain, once per step",
+            fix=Fix("pass `non_blocking=True`", ((node, with_keyword(node, "non_blocking", TRUE)),)),
         )

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.call_edits import TRUE, keyword_value, with_keyword
+from loopaudit.rule import Fix, Report, Rule
 
 from ._loaders import UNKNOWN, constant, is_dataloader, lightning_loader_role, loader_argument, step_loops
 
@@ -43,7 +44,8 @@ class DataLoaderWithoutPinMemory(Rule):
         "    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)\n"
     )
     fix_safety = (
-        "Safe for loaders that yield host tensors. Pinned memory is page-locked RAM that the operating "
+        "Fixed by `--fix` (safe): `pin_memory=True` is added, or `pin_memory=False` becomes True; the "
+        "batches' values do not change. Safe for loaders that yield host tensors. Pinned memory is page-locked RAM that the operating "
         "system cannot swap: with very large batches and many workers, watch host memory. A dataset whose "
         "tensors already live on the GPU cannot be pinned (PyTorch raises): such a loader needs no pinning."
     )
@@ -125,8 +127,11 @@ class DataLoaderWithoutPinMemory(Rule):
         if not step_loops(node, ctx) and lightning_loader_role(node, ctx) is None:
             return
         what = "without `pin_memory=True`" if pin is None else "with `pin_memory=False`"
+        # Fixable where the keyword is absent or written as a keyword (not the 8th positional).
+        fixable = pin is None or keyword_value(node, "pin_memory") is pin
         yield Report(
             node,
             f"`{ctx.source(node.func)}(...)` feeds a CUDA step loop {what}: every batch is copied from "
             "pageable memory through a staging buffer, and the copy cannot overlap with the GPU's work",
+            fix=Fix("pass `pin_memory=True`", ((node, with_keyword(node, "pin_memory", TRUE)),)) if fixable else None,
         )

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.call_edits import with_first_argument
+from loopaudit.rule import Fix, Report, Rule
 
 # What each deprecated name is replaced by; the `torch.cuda.amp` classes are thin subclasses of these.
 _REPLACEMENTS = {
@@ -52,7 +53,9 @@ class DeprecatedCudaAmp(Rule):
         "    scaler.scale(loss).backward()\n"
     )
     fix_safety = (
-        "Safe to rewrite by hand: `torch.cuda.amp.autocast(args...)` is defined as "
+        "Fixed by `--fix` (safe) where the call is written out (`torch.cuda.amp.autocast(...)`, any alias "
+        "of torch): it becomes `torch.amp.autocast(\"cuda\", ...)`. Calls through names imported from "
+        "`torch.cuda.amp`, and autocast calls with positional arguments, are left to you. Safe to rewrite by hand: `torch.cuda.amp.autocast(args...)` is defined as "
         "`torch.amp.autocast(\"cuda\", args...)` and `torch.cuda.amp.GradScaler(args...)` as "
         "`torch.amp.GradScaler(\"cuda\", args...)`. Code that must run on PyTorch older than 2.3 (where "
         "`torch.amp.GradScaler` does not exist) should keep a version check."
@@ -111,4 +114,26 @@ class DeprecatedCudaAmp(Rule):
         yield Report(
             node,
             f"{what} is deprecated and emits a FutureWarning since PyTorch 2.4: use `{replacement}(\"cuda\", ...)`",
+            fix=_fix(node, replacement),
         )
+
+
+def _fix(call: cst.Call, replacement: str) -> Fix | None:
+    """`torch.cuda.amp.X(...)` written out in full (any alias of torch) becomes `torch.amp.X("cuda", ...)`.
+    Names imported from torch.cuda.amp are left alone (the import would need rewriting too), and so is
+    an autocast with positional arguments (its second parameter is `dtype` in torch.amp, `enabled` in
+    torch.cuda.amp)."""
+    func = call.func
+    if not (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Attribute) and func.value.attr.value == "amp"
+        and isinstance(func.value.value, cst.Attribute) and func.value.value.attr.value == "cuda"
+    ):
+        return None
+    name = replacement.rsplit(".", 1)[1]
+    if name == "autocast" and any(arg.keyword is None for arg in call.args):
+        return None
+    torch_root = func.value.value.value
+    new_func = cst.Attribute(value=cst.Attribute(value=torch_root, attr=cst.Name("amp")), attr=cst.Name(name))
+    new_call = with_first_argument(call.with_changes(func=new_func), cst.SimpleString('"cuda"'))
+    return Fix(f"use `{replacement}(\"cuda\", ...)`", ((call, new_call),))

@@ -5,7 +5,7 @@ import libcst as cst
 from loopaudit.module_index import FrameKind, Scope
 from loopaudit.names import terminal_name
 from loopaudit.patterns import FORWARD_CALLEE
-from loopaudit.rule import Report, Rule
+from loopaudit.rule import Fix, Report, Rule
 from loopaudit.walk import iter_subtree
 
 # Tensor methods whose result is still part of the autograd graph of their receiver.
@@ -68,9 +68,10 @@ class LossAccumulatedWithGraph(Rule):
         "    total_loss += loss.detach()\n"
     )
     fix_safety = (
-        "No automatic fix, though `.detach()` is safe whenever the accumulator is only read (logged, "
-        "averaged): detaching changes nothing but the graph. It is wrong where the sum is meant to be "
-        "backpropagated, which this rule already leaves alone when it sees the backward."
+        "Fixed only with `--unsafe-fixes`: the accumulated value becomes `value.detach()`. That is right "
+        "whenever the accumulator is only read (logged, averaged): detaching changes nothing but the graph. "
+        "It is wrong where the sum is meant to be backpropagated, which this rule already leaves alone when "
+        "it sees the backward, but cannot rule out when the backward is elsewhere."
     )
     valid = (
         # Detached, converted to a number, or a metric: no graph is kept.
@@ -162,7 +163,15 @@ class LossAccumulatedWithGraph(Rule):
             node,
             f"{what} keeps each step's autograd graph alive until `{accumulator}` dies: accumulate "
             f"`.detach()` or `.item()`",
+            fix=Fix("accumulate `.detach()`", ((value, _detached(value)),), safe=False),
         )
+
+
+def _detached(value: cst.BaseExpression) -> cst.Call:
+    """`value.detach()`, with parentheses where `value` is an operation (`(a + b).detach()`)."""
+    if not isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not value.lpar:
+        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")))
 
 
 def _training_loop(ctx):

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.call_edits import without_argument
+from loopaudit.rule import Fix, Report, Rule
 
 
 def _is_false(expr: cst.BaseExpression) -> bool:
@@ -48,8 +51,10 @@ class ZeroGradMemset(Rule):
         "    optimizer.step()\n"
     )
     fix_safety = (
-        "No automatic fix: code that reads `p.grad` between `zero_grad` and backward (or sums `p.grad` for "
-        "parameters that get no gradient) must handle `None` once gradients are set to None."
+        "Fixed by `--fix` (safe) when the module never reads `.grad`: the argument is dropped and "
+        "gradients are set to None, PyTorch's default since 2.0. Where the module reads `.grad` the fix is "
+        "unsafe (`--unsafe-fixes`): code that reads `p.grad` between `zero_grad` and backward (or sums "
+        "`p.grad` for parameters that get no gradient) must handle `None` once gradients are set to None."
     )
     valid = (
         # The default since PyTorch 2.0 sets gradients to None.
@@ -107,10 +112,14 @@ class ZeroGradMemset(Rule):
             if (keyword == "set_to_none" or (keyword is None and position == 0 and not arg.star)) and _is_false(arg.value):
                 if _captures_cuda_graphs(ctx):
                     return
-                yield Report(node, f"`{ctx.source(node)}` writes zeros into every gradient tensor, once per step")
+                # Gradients become None instead of zeros: safe unless the module reads `.grad` itself.
+                reads_grads = _READS_GRAD.search(ctx.index.module.code) is not None
+                fix = Fix("drop `set_to_none=False` (gradients are set to None)", ((node, without_argument(node, position)),), safe=not reads_grads)
+                yield Report(node, f"`{ctx.source(node)}` writes zeros into every gradient tensor, once per step", fix=fix)
                 return
 
 
+_READS_GRAD = re.compile(r"\.grad\b")
 _GRAPH_APIS = ("torch.cuda.graph", "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables", "torch.cuda.graphs.")
 
 

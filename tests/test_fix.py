@@ -1,0 +1,133 @@
+"""`--fix`, `--unsafe-fixes` and `--diff`: fixed files parse, a second pass changes nothing, the
+findings a fix claims are gone, and the bytes around the fixes (encoding, line endings, mode) stay
+as they were."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from loopaudit.engine import ScanOptions, analyze_text
+from loopaudit.fixing import _write, fix_file
+from loopaudit.registry import all_rules
+
+from .conftest import FIXTURES, run_cli
+from .test_rule_examples import SOURCE_RULES
+
+FIXABLE_FIXTURES = [
+    "mnist_cuda.py", "data_dataloader_without_pin_memory_bad.py", "memory_zero_grad_bad.py",
+    "memory_accumulate_bad.py", "data_blocking_batch_copy_bad.py",
+]
+AMP = textwrap.dedent("""\
+    import torch as th
+    scaler = th.cuda.amp.GradScaler(2.0**16)
+    for x, y in loader:
+        with th.cuda.amp.autocast(dtype=th.float16):
+            loss = model(x.cuda(non_blocking=True)).sum()
+        scaler.scale(loss).backward()
+""")
+
+
+def scan_json(folder: Path, *args: str) -> list[dict]:
+    result = run_cli("scan", ".", "--output-format", "json", "--exit-zero", *args, cwd=folder)
+    return json.loads(result.out)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    for name in FIXABLE_FIXTURES:
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    (tmp_path / "amp.py").write_text(AMP)
+    return tmp_path
+
+
+def test_fix_applies_safe_fixes_and_a_second_fix_changes_nothing(project):
+    before = scan_json(project)
+    claimed = [(f["filename"], f["code"], f["location"]["row"]) for f in before if f["fix"] and f["fix"]["applicability"] == "safe"]
+    assert {code for _, code, _ in claimed} >= {"LA201", "LA202", "LA404", "LA502"}
+    result = run_cli("scan", ".", "--fix", "--output-format", "concise", cwd=project)
+    assert f"Fixed {len(claimed)} findings" in result.out
+    assert "1 more fixable with --fix --unsafe-fixes" in result.out  # the accumulated loss
+    for path in project.glob("*.py"):
+        cst.parse_module(path.read_text())
+    after = scan_json(project)
+    assert not [f for f in after if f["fix"] and f["fix"]["applicability"] == "safe"]
+    assert len(after) == len(before) - len(claimed)
+    again = run_cli("scan", ".", "--fix", "--diff", cwd=project)
+    assert again.returncode == 0 and again.out == ""
+    assert "non_blocking=True" in (project / "mnist_cuda.py").read_text()
+    assert 'th.amp.GradScaler("cuda", 2.0**16)' in (project / "amp.py").read_text()
+    assert 'th.amp.autocast("cuda", dtype=th.float16)' in (project / "amp.py").read_text()
+
+
+def test_unsafe_fixes_only_when_asked(project):
+    run_cli("scan", ".", "--fix", cwd=project)
+    assert "running_loss += loss\n" in (project / "memory_accumulate_bad.py").read_text()
+    result = run_cli("scan", ".", "--fix", "--unsafe-fixes", "--output-format", "concise", cwd=project)
+    assert "Fixed 1 finding" in result.out
+    assert "running_loss += loss.detach()\n" in (project / "memory_accumulate_bad.py").read_text()
+    assert not [f for f in scan_json(project) if f["code"] == "LA403"]
+
+
+def test_diff_prints_and_writes_nothing(project):
+    originals = {path.name: path.read_bytes() for path in project.glob("*.py")}
+    result = run_cli("scan", ".", "--diff", cwd=project)
+    assert result.returncode == 1
+    assert "--- a/mnist_cuda.py" in result.out and "+        data, target = data.to(device, non_blocking=True)" in result.out
+    assert "Would fix" in result.err
+    assert {path.name: path.read_bytes() for path in project.glob("*.py")} == originals
+
+
+def test_json_describes_each_fix(project):
+    (finding,) = [f for f in scan_json(project) if f["filename"] == "amp.py" and f["location"]["row"] == 2]
+    assert finding["fix"]["applicability"] == "safe"
+    (edit,) = finding["fix"]["edits"]
+    assert edit["content"] == 'th.amp.GradScaler("cuda", 2.0**16)'
+    assert edit["location"] == {"row": 2, "column": 10}
+
+
+def test_encoding_line_endings_and_mode_are_kept(tmp_path):
+    source = "# -*- coding: latin-1 -*-\nimport torch\n# caf\xe9\nfor x in loader:\n    y = model(x.cuda())\n    y.backward()\n    optimizer.step()\n"
+    script = tmp_path / "train.py"
+    script.write_bytes(source.replace("\n", "\r\n").encode("latin-1"))
+    script.chmod(0o755)
+    result = run_cli("scan", "train.py", "--fix", cwd=tmp_path)
+    assert "Fixed 1 finding" in result.out, result.out + result.err
+    data = script.read_bytes()
+    assert data == source.replace("x.cuda()", "x.cuda(non_blocking=True)").replace("\n", "\r\n").encode("latin-1")
+    assert stat.S_IMODE(os.stat(script).st_mode) == 0o755
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".train.py.")]  # no temporary left
+
+
+def test_a_file_changed_on_disk_is_not_overwritten(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("edited by someone else\n")
+    problem = _write(str(script), b"what loopaudit read\n", b"what loopaudit would write\n")
+    assert problem and "changed on disk" in problem
+    assert script.read_text() == "edited by someone else\n"
+
+
+@pytest.mark.parametrize("rule", [r for r in SOURCE_RULES if r.invalid], ids=lambda r: r.code)
+def test_every_fix_of_every_invalid_example_parses_and_removes_its_finding(tmp_path, rule):
+    options = ScanOptions(rules=tuple(r for r in all_rules() if r in SOURCE_RULES))
+    for number, example in enumerate(rule.invalid):
+        findings = [f for f in analyze_text(example, "example.py", options) if f.code == rule.code]
+        fixable = [f for f in findings if f.fix is not None]
+        if not fixable:
+            continue
+        path = tmp_path / f"example{number}.py"
+        path.write_text(example)
+        result = fix_file(str(path), "example.py", options, unsafe=True, write=True)
+        assert result.problem is None
+        fixed_text = path.read_text()
+        cst.parse_module(fixed_text)
+        left = [f for f in analyze_text(fixed_text, "example.py", options) if f.code == rule.code]
+        assert len(left) == len(findings) - len(fixable), fixed_text
+        assert fix_file(str(path), "example.py", options, unsafe=True, write=False).diff == ""
