@@ -6,6 +6,7 @@ so they are computed only for files that have something to report, after the rul
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import io
 import os
@@ -159,23 +160,28 @@ def _line_starts(text: str) -> list[int]:
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
-def _fix_info(fix: Fix, module: cst.Module, text: str, positions, starts: list[int]) -> FixInfo:
+def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int]) -> FixInfo:
+    """The fix as text edits: each rewrite is printed as part of the whole module (a node printed
+    alone loses its blocks' indentation on continuation lines), and the edit is the span where the
+    printed module differs from the text."""
     edits = []
     for old, new in fix.replacements:
-        span = positions[old]
-        start = starts[span.start.line - 1] + span.start.column
-        end = starts[span.end.line - 1] + span.end.column
-        # The new code as the whole module would print it: a node printed alone loses the indentation
-        # of the blocks around it on its continuation lines. Text before and after the span is unchanged.
-        rewritten = module.deep_replace(old, new).code
-        edits.append(Edit(
-            start=start,
-            end=end,
-            content=rewritten[start:len(rewritten) - (len(text) - end)],
-            location=Location(span.start.line, span.start.column + 1),
-            end_location=Location(span.end.line, span.end.column + 1),
-        ))
+        rewritten = (module.deep_remove(old) if new is cst.RemovalSentinel.REMOVE else module.deep_replace(old, new)).code
+        start = 0
+        limit = min(len(text), len(rewritten))
+        while start < limit and text[start] == rewritten[start]:
+            start += 1
+        tail = 0
+        while tail < limit - start and text[len(text) - 1 - tail] == rewritten[len(rewritten) - 1 - tail]:
+            tail += 1
+        end = len(text) - tail
+        edits.append(Edit(start, end, rewritten[start:len(rewritten) - tail], _location(start, starts), _location(end, starts)))
     return FixInfo("safe" if fix.safe else "unsafe", fix.description, tuple(sorted(edits, key=lambda e: e.start)))
+
+
+def _location(offset: int, starts: list[int]) -> Location:
+    line = bisect.bisect_right(starts, offset)
+    return Location(line, offset - starts[line - 1] + 1)
 
 
 def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[Finding]:
@@ -200,7 +206,7 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[
             suggestion=rule_class.suggestion,
             source_line=lines[row - 1] if row - 1 < len(lines) else None,
             url=rule_url(rule_class.code, rule_class.name),
-            fix=_fix_info(report.fix, module, text, positions, starts) if report.fix else None,
+            fix=_fix_info(report.fix, module, text, starts) if report.fix else None,
         )
     return sorted(findings.values(), key=Finding.sort_key)
 

@@ -73,8 +73,8 @@ def fix_file(path: str, display: str, options: ScanOptions, *, unsafe: bool, wri
     result.fixed = _removed(first, findings)
     if text == before:
         return result
-    result.diff = "".join(difflib.unified_diff(
-        before.splitlines(keepends=True), text.splitlines(keepends=True), f"a/{display}", f"b/{display}"))
+    names = (display, display) if os.path.isabs(display) else (f"a/{display}", f"b/{display}")
+    result.diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), text.splitlines(keepends=True), *names))
     if write:
         result.problem = _write(path, original, text.encode(encoding))
     return result

@@ -89,8 +89,10 @@ def test_json_describes_each_fix(project):
     (finding,) = [f for f in scan_json(project) if f["filename"] == "amp.py" and f["location"]["row"] == 2]
     assert finding["fix"]["applicability"] == "safe"
     (edit,) = finding["fix"]["edits"]
-    assert edit["content"] == 'th.amp.GradScaler("cuda", 2.0**16)'
-    assert edit["location"] == {"row": 2, "column": 10}
+    assert edit["location"]["row"] == edit["end_location"]["row"] == 2
+    line = AMP.splitlines()[1]
+    start, end = edit["location"]["column"] - 1, edit["end_location"]["column"] - 1
+    assert line[:start] + edit["content"] + line[end:] == 'scaler = th.amp.GradScaler("cuda", 2.0**16)'
 
 
 def test_encoding_line_endings_and_mode_are_kept(tmp_path):
@@ -131,3 +133,31 @@ def test_every_fix_of_every_invalid_example_parses_and_removes_its_finding(tmp_p
         left = [f for f in analyze_text(fixed_text, "example.py", options) if f.code == rule.code]
         assert len(left) == len(findings) - len(fixable), fixed_text
         assert fix_file(str(path), "example.py", options, unsafe=True, write=False).diff == ""
+
+
+def test_removing_empty_cache_keeps_the_comments_around_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        for x in loader:
+            model(x.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+            # give memory back
+            torch.cuda.empty_cache()
+            print("step")
+            if debug:
+                torch.cuda.empty_cache()
+    """))
+    result = run_cli("scan", "train.py", "--fix", cwd=tmp_path)
+    assert "2 more fixable with --fix --unsafe-fixes" in result.out
+    run_cli("scan", "train.py", "--fix", "--unsafe-fixes", cwd=tmp_path)
+    assert script.read_text() == textwrap.dedent("""\
+        import torch
+        for x in loader:
+            model(x.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+            # give memory back
+            print("step")
+            if debug:
+                pass
+    """)

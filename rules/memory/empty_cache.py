@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.rule import Fix, Report, Rule
+from loopaudit.walk import iter_subtree
 
 _EMPTY_CACHE = frozenset({"torch.cuda.empty_cache", "torch.cuda.memory.empty_cache"})
 
@@ -52,8 +53,10 @@ class EmptyCacheInStep(Rule):
         "torch.cuda.empty_cache()  # once, e.g. before evaluation, if another process needs the memory\n"
     )
     fix_safety = (
-        "No automatic fix, but removing the call does not change results: it only changes how much "
-        "reserved memory `nvidia-smi` shows between steps."
+        "Fixed only with `--unsafe-fixes`, which removes the statement. Removing it does not change "
+        "results, only how much reserved memory `nvidia-smi` shows between steps; it is unsafe because a "
+        "job that shares its GPU with another process, or that fragments its memory badly, may have "
+        "called it on purpose, and only its author knows."
     )
     valid = (
         # Periodic, and once per epoch.
@@ -103,4 +106,34 @@ class EmptyCacheInStep(Rule):
 
     def check(self, node, ctx):
         if (ctx.qualified_name(node.func) or "") in _EMPTY_CACHE:
-            yield Report(node)
+            yield Report(node, fix=_removal(node, ctx))
+
+
+def _removal(call: cst.Call, ctx) -> Fix | None:
+    """Remove the statement `torch.cuda.empty_cache()` (a `pass` where it is alone in its block).
+    Only a statement of its own: `x = f() or torch.cuda.empty_cache()` is left to the user."""
+    for block in iter_subtree(ctx.frame.node or ctx.index.module):
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            continue
+        for line in block.body:
+            if isinstance(line, cst.SimpleStatementLine) and any(
+                isinstance(statement, cst.Expr) and statement.value is call for statement in line.body
+            ):
+                if len(line.body) > 1:
+                    return None  # `a(); torch.cuda.empty_cache()`: rare, left to the user
+                if len(block.body) == 1:
+                    return Fix("replace the call with `pass`", ((line, line.with_changes(body=[cst.Pass()])),), safe=False)
+                return Fix("remove the call", ((block, _without(block, line)),), safe=False)
+    return None
+
+
+def _without(block, line):
+    """`block` without `line`; the comment lines above it stay, above the next statement (or at the
+    end of the block)."""
+    body = list(block.body)
+    index = body.index(line)
+    del body[index]
+    if index < len(body):
+        body[index] = body[index].with_changes(leading_lines=[*line.leading_lines, *body[index].leading_lines])
+        return block.with_changes(body=body)
+    return block.with_changes(body=body, footer=[*line.leading_lines, *block.footer])
