@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -18,18 +17,10 @@ import pytest
 import yaml
 
 from .conftest import REPO
+from .test_baseline_since import LEGACY, NEW_SYNC
 from .test_output_formats import official_sarif_schema
 
 DOC = (REPO / "docs" / "ci.md").read_text()
-LEGACY = textwrap.dedent("""\
-    import torch
-    model = torch.nn.Linear(4, 2).cuda()
-    for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
-        loss.backward()
-        optimizer.step()
-        print(loss.item())
-""")
 
 
 def yaml_blocks() -> list[dict]:
@@ -53,8 +44,8 @@ def git(*args: str, cwd: Path) -> None:
 
 @pytest.fixture
 def pull_request(tmp_path) -> Path:
-    """A repository with a legacy script and its committed baseline on `main`, checked out on a
-    branch that adds one more per-step sync; `origin/main` points at the base, as after a fetch."""
+    """A repository with a legacy script (syncs at lines 7 and 8) and its committed baseline on
+    `main`, checked out on a branch that adds one more per-step sync (line 9); `origin/main` points at the base, as after a fetch."""
     (tmp_path / "train.py").write_text(LEGACY)
     git("init", "-q", "-b", "main", cwd=tmp_path)
     subprocess.run([shell_path("loopaudit"), "scan", "--write-baseline", "loopaudit-baseline.json"], cwd=tmp_path, check=True, capture_output=True)
@@ -62,7 +53,7 @@ def pull_request(tmp_path) -> Path:
     git("commit", "-q", "-m", "legacy code and its baseline", cwd=tmp_path)
     git("update-ref", "refs/remotes/origin/main", "HEAD", cwd=tmp_path)
     git("checkout", "-q", "-b", "feature", cwd=tmp_path)
-    (tmp_path / "train.py").write_text(LEGACY + "    total = loss.item()\n")
+    (tmp_path / "train.py").write_text(LEGACY + NEW_SYNC)
     git("commit", "-qam", "log the total", cwd=tmp_path)
     return tmp_path
 
@@ -86,13 +77,13 @@ def test_github_workflow_commands(pull_request):
     annotated = run(annotate, pull_request)
     assert annotated.returncode == 0, annotated.stderr
     assert annotated.stdout.splitlines() == [line for line in annotated.stdout.splitlines() if line.startswith("::warning")]
-    assert len(annotated.stdout.splitlines()) == 1 and "line=8" in annotated.stdout  # only the new line
+    assert len(annotated.stdout.splitlines()) == 1 and "line=9" in annotated.stdout  # only the new line
     assert run(sarif, pull_request).returncode == 0
     log = json.loads((pull_request / "loopaudit.sarif").read_text())
     jsonschema.Draft4Validator(official_sarif_schema()).validate(log)
-    assert len(log["runs"][0]["results"]) == 2
+    assert len(log["runs"][0]["results"]) == 3
     failed = run(gate, pull_request)
-    assert failed.returncode == 1 and "train.py:8:" in failed.stdout and "train.py:7:" not in failed.stdout
+    assert failed.returncode == 1 and "train.py:9:" in failed.stdout and "train.py:8:" not in failed.stdout
     git("checkout", "-q", "main", cwd=pull_request)
     assert run(gate, pull_request).returncode == 0
 
@@ -101,9 +92,9 @@ def test_gitlab_job_commands(pull_request):
     quality, junit, gate = gitlab_commands()
     assert run(quality, pull_request).returncode == 0
     report = json.loads((pull_request / "gl-code-quality-report.json").read_text())
-    assert [issue["location"]["lines"]["begin"] for issue in report] == [7, 8]
+    assert [issue["location"]["lines"]["begin"] for issue in report] == [7, 8, 9]
     assert run(junit, pull_request).returncode == 0
-    assert len(ElementTree.parse(pull_request / "loopaudit-junit.xml").getroot().findall(".//failure")) == 2
+    assert len(ElementTree.parse(pull_request / "loopaudit-junit.xml").getroot().findall(".//failure")) == 3
     assert run(gate, pull_request).returncode == 1
     since = run(gate.replace("--baseline loopaudit-baseline.json", '--since "origin/main"'), pull_request)
-    assert since.returncode == 1 and "train.py:8:" in since.stdout and "train.py:7:" not in since.stdout
+    assert since.returncode == 1 and "train.py:9:" in since.stdout and "train.py:8:" not in since.stdout

@@ -14,6 +14,7 @@ from functools import cached_property
 
 from ..finding import Finding
 from .report import LoaderRecord, ProbeReport
+from .timing import steps_phrase
 from .trace_analysis import TraceAnalysis
 
 
@@ -51,6 +52,15 @@ class RunEvidence:
 
     def per_step(self, count: int) -> float:
         return round(count / self.steps_measured, 3) if self.steps_measured else 0.0
+
+    def counted(self, record) -> str:
+        """"1 per step (20 in 20 measured steps)" for a site record."""
+        return f"{self.per_step(record.count):g} per step ({record.count} in {steps_phrase(self.steps_measured, 'measured')})"
+
+    def observed(self, record) -> dict:
+        """A site record's `observed`: its time only on CUDA, where the time inside a call is a stall."""
+        time_ms = round(record.seconds * 1000, 3) if self.cuda else None
+        return {"per_step": self.per_step(record.count), "total": record.count, "time_ms": time_ms}
 
     @cached_property
     def step_seconds(self) -> float:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from loopaudit.profiling.timing import steps_phrase
 from loopaudit.rule import Observation, RuntimeRule
 
 
@@ -73,8 +72,7 @@ class AllocatorFlushObserved(RuntimeRule):
         for site in run.report.empty_cache:
             if not run.on_step_path(site):
                 continue
-            per_step = run.per_step(site.count)
-            counted = f"{per_step:g} per step ({site.count} in {steps_phrase(run.steps_measured, 'measured')})"
+            counted = run.counted(site)
             if run.cuda:
                 message = (
                     f"`torch.cuda.empty_cache()` flushed the caching allocator {counted}, "
@@ -86,7 +84,7 @@ class AllocatorFlushObserved(RuntimeRule):
                 file=site.file,
                 line=site.line,
                 message=message,
-                observed={"per_step": per_step, "total": site.count, "time_ms": round(site.seconds * 1000, 3) if run.cuda else None},
+                observed=run.observed(site),
             )
 
     def from_trace(self, trace):

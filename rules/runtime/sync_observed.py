@@ -124,21 +124,18 @@ class SyncObservedInStep(RuntimeRule):
             if not run.on_step_path(site):
                 continue
             what = describe_site(site.kind, site.call)
-            per_step = run.per_step(site.count)
-            counted = f"{per_step:g} per step ({site.count} in {steps_phrase(run.steps_measured, 'measured')})"
+            counted = run.counted(site)
             via = f", through `{site.via}`" if site.via else ""
             if run.cuda:
                 stall = site.seconds * 1000 / run.steps_measured
                 message = f"{what} synchronized the host with the GPU {counted}{via}, stalling {stall:.2f} ms per step"
-                time_ms = round(site.seconds * 1000, 3)
             else:
                 message = f"{what} would synchronize the host with the GPU on CUDA: {counted}{via}"
-                time_ms = None
             yield Observation(
                 file=site.file,
                 line=site.line,
                 message=message,
-                observed={"per_step": per_step, "total": site.count, "time_ms": time_ms},
+                observed=run.observed(site),
                 suggestion=_ADVICE.get(site.kind),
                 details={"kind": site.kind, "call": site.call, "via": site.via, "proven": bool(site.proven) if run.cuda else None},
             )
