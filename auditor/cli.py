@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import __version__
-from .discovery import MissingPath, discover
+from .discovery import MissingPath, SourceFile, discover
 from .docs import rule_markdown
 from .baseline import BaselineError, new_findings
 from .baseline import load as load_baseline
@@ -62,7 +62,7 @@ def _root(
 @app.command()
 def scan(
     paths: Annotated[Optional[list[str]], typer.Argument(help="Files or folders; `-` reads stdin. Default: the current folder.")] = None,
-    output_format: Annotated[Optional[OutputFormat], typer.Option("--output-format", help="full, concise, json or github (default: the configuration's, else full).", show_default=False)] = None,
+    output_format: Annotated[Optional[OutputFormat], typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit (default: the configuration's, else full).", show_default=False)] = None,
     select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (LA1, LA101); comma-separated or repeated. Replaces the configuration's select.")] = None,
     extend_select: Annotated[Optional[list[str]], typer.Option("--extend-select", help="Add these rule codes or prefixes to the selection.")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes (added to the configuration's).")] = None,
@@ -83,54 +83,68 @@ def scan(
 ) -> None:
     """Scan training scripts for code that syncs the host with the GPU once per step."""
     settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
+    paths = paths or ["."]
+    if "-" in paths and len(paths) > 1:
+        raise usage_error("`-` (stdin) cannot be combined with other paths")
+    if "-" in paths and (fix or diff):
+        raise usage_error("--fix and --diff work on files, not on stdin")
     if baseline and write_baseline:
         raise usage_error("--baseline and --write-baseline cannot be combined")
     try:
         known = load_baseline(Path(baseline)) if baseline else None
     except BaselineError as error:
         raise usage_error(str(error))
-    paths = paths or ["."]
-    fixes = []
-    if "-" in paths and len(paths) > 1:
-        raise usage_error("`-` (stdin) cannot be combined with other paths")
-    if "-" in paths and (fix or diff):
-        raise usage_error("--fix and --diff work on files, not on stdin")
     try:
-        if "-" in paths:
-            options = settings.options_for(Path(stdin_filename or "stdin.py"))
-            results = analyze_stdin(sys.stdin.buffer.read(), stdin_filename or "<stdin>", options)
-            scanned = 1
-        else:
-            try:
-                found = discover(paths)
-            except MissingPath as missing:
-                raise usage_error(f"no such file or folder: {missing}")
-            files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
-            workers = jobs or os.cpu_count() or 1
-            results = analyze_many([(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files], workers)
-            scanned = len(files)
-            if fix or diff:
-                results.findings, fixes = _fix_files(results.findings, files, settings, unsafe_fixes, write=not diff)
+        results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude)
+        fixes = []
+        if fix or diff:
+            results.findings, fixes = _fix_files(results.findings, files, settings, unsafe_fixes, write=not diff)
         chosen_format = OutputFormat(settings.output_format(Path.cwd()))
     except ConfigError as error:
         raise usage_error(str(error))
     findings, problems = results.findings, results.problems
-    if diff:
-        for changed in fixes:
-            sys.stdout.write(changed.diff)
-        count = sum(len(changed.fixed) for changed in fixes)
-        files_changed = sum(1 for changed in fixes if changed.changed)
-        typer.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {files_changed} file{'s' if files_changed != 1 else ''}.", err=True)
-        raise typer.Exit(EXIT_ERROR if problems else (EXIT_FINDINGS if count else EXIT_CLEAN))
     for problem in problems:
         typer.echo(f"loopaudit: internal error: {problem} (please report this)", err=True)
+    failed = EXIT_ERROR if problems else None
+    if diff:
+        raise typer.Exit(failed or _print_diffs(fixes))
     if write_baseline:
         try:
             write_baseline_file(Path(write_baseline), findings)
         except (BaselineError, OSError) as error:
             raise usage_error(str(error))
         typer.echo(f"Wrote a baseline of {len(findings)} finding{'s' if len(findings) != 1 else ''} to {write_baseline}.", err=True)
-        raise typer.Exit(EXIT_ERROR if problems else EXIT_CLEAN)
+        raise typer.Exit(failed or EXIT_CLEAN)
+    findings, hidden = _narrow(findings, since, known)
+
+    use_color = sys.stdout.isatty() if color is None else color
+    if statistics:
+        _print_statistics(findings, chosen_format, use_color)
+    else:
+        FORMATS[chosen_format.value](findings, sys.stdout, use_color)
+        if chosen_format in (OutputFormat.full, OutputFormat.concise):
+            _print_summary(findings, len(files), hidden)
+            _print_fix_summary(findings, fixes if fix else None, unsafe_fixes)
+    raise typer.Exit(failed or (EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN))
+
+
+def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool):
+    """The scan's results and the files it read (one pseudo-file for stdin)."""
+    if paths == ["-"]:
+        name = stdin_filename or "<stdin>"
+        options = settings.options_for(Path(stdin_filename or "stdin.py"))
+        return analyze_stdin(sys.stdin.buffer.read(), name, options), [SourceFile(name, name, True)]
+    try:
+        found = discover(paths)
+    except MissingPath as missing:
+        raise usage_error(f"no such file or folder: {missing}")
+    files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
+    workers = jobs or os.cpu_count() or 1
+    return analyze_many([(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files], workers), files
+
+
+def _narrow(findings, since: str | None, known: frozenset[str] | None):
+    """The findings `--since` and `--baseline` keep, and what they left out, for the summary."""
     hidden = []
     if since:
         try:
@@ -144,18 +158,16 @@ def scan(
         kept = new_findings(findings, known)
         hidden.append(f"{len(findings) - len(kept)} in the baseline")
         findings = kept
+    return findings, hidden
 
-    use_color = sys.stdout.isatty() if color is None else color
-    if statistics:
-        _print_statistics(findings, chosen_format, use_color)
-    else:
-        FORMATS[chosen_format.value](findings, sys.stdout, use_color)
-        if chosen_format in (OutputFormat.full, OutputFormat.concise):
-            _print_summary(findings, scanned, hidden)
-            _print_fix_summary(findings, fixes if fix else None, unsafe_fixes)
-    if problems:
-        raise typer.Exit(EXIT_ERROR)
-    raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+def _print_diffs(fixes) -> int:
+    for changed in fixes:
+        sys.stdout.write(changed.diff)
+    count = sum(len(changed.fixed) for changed in fixes)
+    files = sum(1 for changed in fixes if changed.changed)
+    typer.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {files} file{'s' if files != 1 else ''}.", err=True)
+    return EXIT_FINDINGS if count else EXIT_CLEAN
 
 
 @app.command("config")
