@@ -213,5 +213,5 @@ class WorkersRespawnedEachEpoch(Rule):
         yield Report(
             node,
             f"`{ctx.source(node.func)}(..., num_workers={count})` is iterated every epoch without "
-            f"`persistent_workers=True`: its {count} worker processes are started again at each epoch",
+            f"`persistent_workers=True`: its {count} worker process{'es are' if count != 1 else ' is'} started again at each epoch",
         )
