@@ -164,7 +164,7 @@ def _narrow(findings, since: str | None, known: frozenset[str] | None):
 def _print_diffs(fixes) -> int:
     for changed in fixes:
         sys.stdout.write(changed.diff)
-    count = sum(len(changed.fixed) for changed in fixes)
+    count = sum(changed.fixed for changed in fixes)
     files = sum(1 for changed in fixes if changed.changed)
     typer.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {files} file{'s' if files != 1 else ''}.", err=True)
     return EXIT_FINDINGS if count else EXIT_CLEAN
@@ -230,7 +230,7 @@ def _fix_files(findings, files, settings, unsafe: bool, write: bool):
 def _print_fix_summary(findings, fixes, unsafe: bool) -> None:
     """As ruff: what was fixed, and what --fix or --unsafe-fixes would fix of what is left."""
     if fixes is not None:
-        count = sum(len(r.fixed) for r in fixes if r.changed and not r.problem)
+        count = sum(r.fixed for r in fixes if r.changed and not r.problem)
         if count:
             typer.echo(f"Fixed {count} finding{'s' if count != 1 else ''} ({len(findings)} remaining).")
     safe = sum(1 for f in findings if applicable(f, False))

@@ -14,6 +14,7 @@ import io
 import os
 import tempfile
 import tokenize
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ MAX_PASSES = 8
 class FileFix:
     path: str
     display: str
-    fixed: list[Finding] = field(default_factory=list)  # findings a fix removed
+    fixed: int = 0  # findings the fixes removed
     remaining: list[Finding] = field(default_factory=list)  # findings after the fixes
     diff: str = ""
     problem: str | None = None  # why the file was left alone (it changed on disk, ...)
@@ -96,17 +97,11 @@ def _apply(text: str, edits) -> str:
     return text
 
 
-def _removed(before: Sequence[Finding], after: Sequence[Finding]) -> list[Finding]:
-    """Findings of `before` with no counterpart (same code and message) left in `after`."""
-    left = [(f.code, f.message) for f in after]
-    removed = []
-    for finding in before:
-        key = (finding.code, finding.message)
-        if key in left:
-            left.remove(key)
-        else:
-            removed.append(finding)
-    return removed
+def _removed(before: Sequence[Finding], after: Sequence[Finding]) -> int:
+    """How many findings the fixes removed, rule by rule (messages quote code a fix may rewrite, and
+    lines move, so findings are counted rather than matched)."""
+    left = Counter(f.code for f in after)
+    return sum(max(0, count - left[code]) for code, count in Counter(f.code for f in before).items())
 
 
 def _write(path: str, original: bytes, data: bytes) -> str | None:
