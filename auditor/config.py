@@ -101,6 +101,8 @@ def load(path: Path) -> FileConfig | None:
             document = tomllib.load(stream)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(path, None, f"not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(path, None, f"not UTF-8 text, as TOML must be (byte {error.start} cannot be decoded)") from None
     except OSError as error:
         raise ConfigError(path, None, f"cannot read it: {error.strerror or error}") from None
     if path.name == "pyproject.toml":
@@ -126,9 +128,10 @@ def _validate(table: dict, path: Path, prefix: str) -> dict:
         elif key == "per-file-ignores":
             if not isinstance(value, dict):
                 raise ConfigError(path, where, "must be a table of glob = [rule codes]")
+            _globs(list(value), path, where)
             values[key] = {pattern: _codes(codes, path, f"{where}.{pattern}") for pattern, codes in value.items()}
         elif key in ("exclude", "extend-exclude"):
-            values[key] = _strings(value, path, where)
+            values[key] = _globs(_strings(value, path, where), path, where)
         elif key in ("step-methods", "periodic-names"):
             names = _strings(value, path, where)
             bad = [name for name in names if not _IDENTIFIER.match(name)]
@@ -149,6 +152,15 @@ def _strings(value, path: Path, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(path, where, f"must be a list of strings, not {_describe(value)}")
     return value
+
+
+def _globs(patterns: list[str], path: Path, where: str) -> list[str]:
+    for pattern in patterns:
+        try:
+            _spec((pattern,))
+        except ValueError as error:  # pathspec's pattern errors are ValueErrors
+            raise ConfigError(path, where, f"{pattern!r} is not a valid glob: {error}") from None
+    return patterns
 
 
 def _codes(value, path: Path, where: str) -> list[str]:

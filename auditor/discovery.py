@@ -92,7 +92,18 @@ def _load_gitignore(folder: Path) -> pathspec.PathSpec | None:
         lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except ValueError:  # a line git would not understand either: keep the others
+        return pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid_pattern(line)])
+
+
+def _valid_pattern(line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return False
+    return True
 
 
 def _ignores_above(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:

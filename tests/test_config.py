@@ -125,8 +125,9 @@ def test_step_methods_periodic_names_and_device(tmp_path):
         ('[tool.loopaudit]\nstep-methods = ["train step"]\n', "step-methods: not Python names"),
         ('[tool.loopaudit]\nper-file-ignores = { "a.py" = ["LA0O1"] }\n', "per-file-ignores.a.py: unknown rule code"),
         ("[tool.loopaudit\n", "not valid TOML"),
+        ('[tool.loopaudit]\nexclude = ["\\\\"]\n', "exclude: '\\\\' is not a valid glob"),
     ],
-    ids=["unknown-key", "wrong-type", "unknown-code", "bad-device", "bad-name", "bad-per-file-code", "bad-toml"],
+    ids=["unknown-key", "wrong-type", "unknown-code", "bad-device", "bad-name", "bad-per-file-code", "bad-toml", "bad-glob"],
 )
 def test_bad_configuration_is_an_error_with_the_file_and_key(tmp_path, text, message):
     project(tmp_path, {"pyproject.toml": text, "train.py": TRAIN})
@@ -184,3 +185,17 @@ def test_run_and_analyze_follow_the_configuration(tmp_path):
     (tmp_path / "loopaudit.toml").write_text('ignore = "LA601"\n')
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2 and "ignore: must be a list of strings" in result.err
+
+
+def test_a_configuration_file_that_is_not_utf8_is_an_error(tmp_path):
+    (tmp_path / "pyproject.toml").write_bytes(b'[tool.loopaudit]\nselect = ["LA1"]\n# caf\xe9\n')
+    (tmp_path / "train.py").write_text(TRAIN)
+    result = run_cli("scan", cwd=tmp_path)
+    assert result.returncode == 2 and "not UTF-8 text" in result.err
+
+
+def test_a_gitignore_line_git_would_reject_does_not_stop_the_scan(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("ignored/\n\\\n")
+    project(tmp_path, {"train.py": TRAIN, "ignored/train.py": TRAIN})
+    assert {name for name, _ in found(tmp_path)} == {"train.py"}
