@@ -34,6 +34,8 @@ def write(path: Path, findings: Sequence[Finding]) -> None:
     folder = path.resolve().parent
     if not folder.is_dir():
         raise BaselineError(f"--write-baseline: the folder of {path} does not exist")
+    if path.is_dir():
+        raise BaselineError(f"--write-baseline: {path} is a folder; give the baseline file's name")
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:

@@ -87,6 +87,8 @@ def run(
         profile = True
         if not Path(trace_out).resolve().parent.is_dir():
             raise usage_error(f"--trace-out: the folder of {trace_out} does not exist")
+        if Path(trace_out).is_dir():
+            raise usage_error(f"--trace-out: {trace_out} is a folder; give the trace file's name")
     settings = build_settings(select, None, ignore, None, config, isolated)
     try:
         runtime_rules, shown = _split(settings.rules_for(path))

@@ -62,8 +62,9 @@ def test_identical_lines_are_counted_not_merged(tmp_path):
         ('{"findings": []}', ("--baseline", "bad.json"), "is not a loopaudit baseline"),
         (None, ("--baseline", "a.json", "--write-baseline", "b.json"), "cannot be combined"),
         (None, ("--write-baseline", "no/such/folder/b.json"), "does not exist"),
+        (None, ("--write-baseline", "."), "is a folder"),
     ],
-    ids=["missing", "not-json", "not-a-baseline", "both", "bad-folder"],
+    ids=["missing", "not-json", "not-a-baseline", "both", "bad-folder", "a-folder"],
 )
 def test_bad_baseline_use_is_a_clear_error(tmp_path, setup, args, message):
     (tmp_path / "train.py").write_text(LEGACY)

@@ -277,6 +277,8 @@ def test_trace_out_names_the_file_and_implies_profile(tmp_path):
     write_script(tmp_path, SLOW_LOADER)
     result, document = run_json(tmp_path, *SHORT, "--trace-out", "out/window.json.gz")
     assert result.returncode == 2 and "does not exist" in result.err and document is None
+    result, document = run_json(tmp_path, *SHORT, "--trace-out", ".")
+    assert result.returncode == 2 and "is a folder" in result.err and document is None
     (tmp_path / "out").mkdir()
     result, document = run_json(tmp_path, *SHORT, "--trace-out", "out/window.json.gz")
     assert result.returncode == 1, result.err
