@@ -25,17 +25,30 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
     if not args:
         return call.with_changes(args=[new])
     last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        # A trailing comma (usually one argument per line): the new argument takes the last one's
-        # place in the layout, and the last one gets the separator the others use.
-        separator = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(" "))
-        args[-1] = last.with_changes(comma=separator)
+    layout = _argument_layout(call)
+    if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace) and layout:
+        # One argument per line with a trailing comma: the new argument goes on a line of its own.
+        # The last argument keeps its comment; its line break now leads to the arguments' indentation,
+        # and the new argument's leads to the closing parenthesis.
+        closing = last.comma.whitespace_after
+        args[-1] = last.with_changes(comma=last.comma.with_changes(
+            whitespace_after=closing.with_changes(indent=layout.indent, last_line=layout.last_line)))
+        args.append(new.with_changes(comma=cst.Comma(
+            whitespace_after=closing.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[]))))
+    elif isinstance(last.comma, cst.Comma):  # `f(a, b,)` on one line
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(new.with_changes(comma=last.comma))
     else:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(new)
     return call.with_changes(args=args)
+
+
+def _argument_layout(call: cst.Call) -> cst.ParenthesizedWhitespace | None:
+    """The line break that leads to the arguments' indentation in a call laid out one argument per
+    line: after `(`, or else after an argument's comma."""
+    candidates = [call.whitespace_before_args, *(arg.comma.whitespace_after for arg in call.args[:-1] if isinstance(arg.comma, cst.Comma))]
+    return next((ws for ws in candidates if isinstance(ws, cst.ParenthesizedWhitespace)), None)
 
 
 def without_argument(call: cst.Call, index: int) -> cst.Call:

@@ -161,3 +161,30 @@ def test_removing_empty_cache_keeps_the_comments_around_it(tmp_path):
             if debug:
                 pass
     """)
+
+
+def test_an_added_keyword_follows_the_call_s_layout_and_keeps_its_comments(tmp_path):
+    before = textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(
+            dataset,
+            batch_size=32,  # per device
+            shuffle=True,  # mix
+        )
+        l2 = DataLoader(dataset, batch_size=3,)
+        l3 = DataLoader(dataset,
+                        batch_size=3)
+        for a, b, c in zip(loader, l2, l3):
+            model(a.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+    """)
+    after = before.replace(
+        "    shuffle=True,  # mix\n)", "    shuffle=True,  # mix\n    pin_memory=True,\n)"
+    ).replace("batch_size=3,)", "batch_size=3, pin_memory=True,)").replace(
+        "                batch_size=3)", "                batch_size=3, pin_memory=True)"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(before)
+    run_cli("scan", "train.py", "--fix", cwd=tmp_path)
+    assert script.read_text() == after
