@@ -62,8 +62,13 @@ def without_argument(call: cst.Call, index: int) -> cst.Call:
 
 def with_first_argument(call: cst.Call, value: cst.BaseExpression) -> cst.Call:
     """`call` with `value` as a new first positional argument."""
-    first = cst.Arg(value=value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if call.args else cst.MaybeSentinel.DEFAULT)
-    return call.with_changes(args=[first, *call.args])
+    if not call.args:
+        return call.with_changes(args=[cst.Arg(value=value)])
+    opening = call.whitespace_before_args
+    # One argument per line: the new one gets its own line too.
+    after = opening.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[]) if isinstance(
+        opening, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")
+    return call.with_changes(args=[cst.Arg(value=value, comma=cst.Comma(whitespace_after=after)), *call.args])
 
 
 TRUE = cst.Name("True")
