@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import threading
 import time
 import torch

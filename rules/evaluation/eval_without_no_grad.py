@@ -4,7 +4,6 @@ import re
 
 import libcst as cst
 
-from loopaudit.module_index import FrameKind
 from loopaudit.names import terminal_name
 from loopaudit.patterns import FORWARD_CALLEE, is_training_call
 from loopaudit.rule import Report, Rule
