@@ -8,12 +8,11 @@ keeps its fingerprint and stays hidden; a new one, or an old line rewritten, is 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .atomic import write_atomically
 from .finding import Finding
 from .fingerprint import fingerprints
 
@@ -36,15 +35,7 @@ def write(path: Path, findings: Sequence[Finding]) -> None:
         raise BaselineError(f"--write-baseline: the folder of {path} does not exist")
     if path.is_dir():
         raise BaselineError(f"--write-baseline: {path} is a folder; give the baseline file's name")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(document, stream, indent=2)
-            stream.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    write_atomically(path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
 
 
 def load(path: Path) -> frozenset[str]:

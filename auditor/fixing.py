@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import io
 import os
-import tempfile
 import tokenize
 from collections import Counter
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .atomic import write_atomically
 from .engine import ScanOptions, analyze_text
 from .finding import Finding
 
@@ -110,17 +110,7 @@ def _write(path: str, original: bytes, data: bytes) -> str | None:
         with open(path, "rb") as stream:
             if stream.read() != original:
                 return "changed on disk while loopaudit fixed it; not overwritten"
-        mode = os.stat(path).st_mode
-        folder = os.path.dirname(os.path.abspath(path))
-        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-            os.chmod(temporary, mode & 0o7777)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        write_atomically(path, data)
     except OSError as error:
         return f"could not be written: {error.strerror or error}"
     return None

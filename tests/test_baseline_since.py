@@ -4,6 +4,8 @@ for pull requests, through the installed command."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import textwrap
 from pathlib import Path
@@ -37,6 +39,10 @@ def test_a_baseline_hides_old_findings_after_lines_shift_and_shows_new_ones(tmp_
     assert codes_and_lines(tmp_path) == [("LA101", 7), ("LA101", 8)]
     written = run_cli("scan", "train.py", "--write-baseline", "loopaudit-baseline.json", cwd=tmp_path)
     assert written.returncode == 0 and "Wrote a baseline of 2 findings" in written.err
+    # A file to commit: the usual permissions, not the temporary file's 0600.
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(tmp_path / "loopaudit-baseline.json").st_mode) == 0o666 & ~umask
     assert codes_and_lines(tmp_path, "--baseline", "loopaudit-baseline.json") == []
     # Unrelated edits move every line down by three: still nothing new.
     script.write_text('"""Train."""\nimport os\n\n' + LEGACY)

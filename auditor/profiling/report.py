@@ -8,8 +8,9 @@ script's process saw them; durations are seconds.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field, fields
+
+from ..atomic import write_atomically
 
 
 class _CountedPerStep:
@@ -118,10 +119,7 @@ class ProbeReport:
         for key in ("syncs", "empty_cache", "batch_moves"):
             for record in data[key]:
                 record.pop("pending")
-        temporary = path + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as stream:
-            json.dump(data, stream)
-        os.replace(temporary, path)  # the reader never sees half a report
+        write_atomically(path, json.dumps(data).encode("utf-8"))  # the reader never sees half a report
 
     @classmethod
     def load(cls, path: str) -> ProbeReport:
