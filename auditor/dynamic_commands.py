@@ -18,13 +18,9 @@ from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED
 from .config import ConfigError
 from .engine import ScanOptions, analyze_path
 from .finding import Finding
-from .registry import all_rules
+from .registry import static_rules
 from .reporting import FORMATS, measured, measured_json
 from .rule import RuntimeRule
-
-
-def _STATIC_RULES():
-    return tuple(rule for rule in all_rules() if not issubclass(rule, RuntimeRule))
 
 
 def _split(rules) -> tuple[tuple[type[RuntimeRule], ...], frozenset[str]]:
@@ -95,7 +91,7 @@ def run(
         # Every static rule runs (some runtime rules weigh the scan's word); the selection only
         # decides which static findings are listed. The file's step methods, periodic names and
         # device setting apply.
-        options = replace(settings.options_for(path), rules=_STATIC_RULES())
+        options = replace(settings.options_for(path), rules=static_rules())
     except ConfigError as error:
         raise usage_error(str(error))
     if not torch_is_installed():

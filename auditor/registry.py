@@ -6,7 +6,7 @@ import importlib
 import pkgutil
 from functools import lru_cache
 
-from .rule import FileRule, Rule
+from .rule import FileRule, Rule, RuntimeRule
 
 
 @lru_cache(maxsize=1)
@@ -27,6 +27,11 @@ def all_rules() -> tuple[type[Rule], ...]:
                     raise RuntimeError(f"two rules claim {value.code}: {found[value.code]} and {value}")
                 found[value.code] = value
     return tuple(found[code] for code in sorted(found))
+
+
+def static_rules() -> tuple[type[Rule], ...]:
+    """The rules `loopaudit scan` checks: every one but the measured LA6xx rules."""
+    return tuple(rule for rule in all_rules() if not issubclass(rule, RuntimeRule))
 
 
 def rule_by_code(code: str) -> type[Rule] | None:
