@@ -98,7 +98,7 @@ def scan(
         results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude)
         fixes = []
         if fix or diff:
-            results.findings, fixes = _fix_files(results.findings, files, settings, unsafe_fixes, write=not diff)
+            results.findings, fixes = _fix_files(results, files, settings, unsafe_fixes, write=not diff)
         chosen_format = OutputFormat(settings.output_format(Path.cwd()))
     except ConfigError as error:
         raise usage_error(str(error))
@@ -210,21 +210,23 @@ def _print_summary(findings, scanned: int, hidden: list[str]) -> None:
         typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned{not_shown}).")
 
 
-def _fix_files(findings, files, settings, unsafe: bool, write: bool):
+def _fix_files(results, files, settings, unsafe: bool, write: bool):
     """Fix every file with an applicable fix; its findings become those left after fixing."""
+    findings = results.findings
     fixable = {f.filename for f in findings if applicable(f, unsafe)}
     by_display = {f.display: f for f in files}
-    results = []
+    fixed = []
     for display in sorted(fixable):
         source = by_display[display]
-        results.append(fix_file(source.path, display, settings.options_for(source.path), unsafe=unsafe, write=write))
-    for result in results:
+        options = settings.options_for(source.path)
+        fixed.append(fix_file(source.path, display, options, unsafe=unsafe, write=write, facts=results.facts.get(display)))
+    for result in fixed:
         if result.problem:
             typer.echo(f"loopaudit: {result.display}: {result.problem}", err=True)
-    replaced = {r.display: r.remaining for r in results if r.changed and not r.problem and write}
+    replaced = {r.display: r.remaining for r in fixed if r.changed and not r.problem and write}
     kept = [f for f in findings if f.filename not in replaced]
     kept += [f for remaining in replaced.values() for f in remaining]
-    return sorted(kept, key=Finding.sort_key), results
+    return sorted(kept, key=Finding.sort_key), fixed
 
 
 def _print_fix_summary(findings, fixes, unsafe: bool) -> None:

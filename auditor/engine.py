@@ -24,6 +24,7 @@ from .context import RuleContext
 from .device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .module_index import build_index
+from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, derive_facts, summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Report, Rule
 from .stepmodel import StepModel, StepReason
@@ -45,34 +46,59 @@ class ScanOptions:
         return frozenset(rule.code for rule in self.rules)
 
 
-def analyze_path(path: str, display_name: str, options: ScanOptions, *, explicit: bool) -> list[Finding]:
+@dataclass
+class FileAnalysis:
+    findings: list[Finding]
+    # In a project-wide scan (facts given): what the module tells the other modules (project.py).
+    summary: ModuleSummary | None = None
+
+
+def analyze_path(
+    path: str, display_name: str, options: ScanOptions, *, explicit: bool, facts: ProjectFacts | None = None
+) -> list[Finding]:
     """Read and analyse one file; never raises for anything in the file itself."""
+    return analyze_file(path, display_name, options, explicit=explicit, facts=facts).findings
+
+
+def analyze_file(
+    path: str, display_name: str, options: ScanOptions, *, explicit: bool, facts: ProjectFacts | None = None
+) -> FileAnalysis:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             # A FIFO or device named *.py would block or never end: only regular files are read.
-            return _file_problem(UNREADABLE_FILE, display_name, options, "not a regular file")
+            return FileAnalysis(_file_problem(UNREADABLE_FILE, display_name, options, "not a regular file"))
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        return _file_problem(UNREADABLE_FILE, display_name, options, f"cannot read the file: {error.strerror or error}")
-    return analyze_bytes(data, display_name, options, explicit=explicit)
+        return FileAnalysis(
+            _file_problem(UNREADABLE_FILE, display_name, options, f"cannot read the file: {error.strerror or error}")
+        )
+    return _analyze_bytes(data, display_name, options, explicit, facts)
 
 
 def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, explicit: bool) -> list[Finding]:
+    return _analyze_bytes(data, display_name, options, explicit, None).findings
+
+
+def _analyze_bytes(
+    data: bytes, display_name: str, options: ScanOptions, explicit: bool, facts: ProjectFacts | None
+) -> FileAnalysis:
     if b"\0" in data:
-        return _file_problem(UNREADABLE_FILE, display_name, options, "binary file (it contains NUL bytes), not Python source")
+        problem = "binary file (it contains NUL bytes), not Python source"
+        return FileAnalysis(_file_problem(UNREADABLE_FILE, display_name, options, problem))
     try:
         # Python's own rule: UTF-8 unless a PEP 263 `# -*- coding: ... -*-` line says otherwise.
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
     except (SyntaxError, LookupError) as error:
         reason = str(error).split(" for ")[0] or "invalid encoding"  # drop the temporary file name
-        return _file_problem(UNREADABLE_FILE, display_name, options, f"not readable as Python source: {reason}")
-    except UnicodeDecodeError as error:
-        return _file_problem(
-            UNREADABLE_FILE, display_name, options, f"not {error.encoding} text (byte {error.start} cannot be decoded)"
+        return FileAnalysis(
+            _file_problem(UNREADABLE_FILE, display_name, options, f"not readable as Python source: {reason}")
         )
-    return analyze_text(text, display_name, options, explicit=explicit)
+    except UnicodeDecodeError as error:
+        problem = f"not {error.encoding} text (byte {error.start} cannot be decoded)"
+        return FileAnalysis(_file_problem(UNREADABLE_FILE, display_name, options, problem))
+    return analyze_source(text, display_name, options, explicit=explicit, facts=facts)
 
 
 def passes_prefilter(text: str, options: ScanOptions) -> bool:
@@ -86,23 +112,34 @@ def passes_prefilter(text: str, options: ScanOptions) -> bool:
     )
 
 
-def analyze_text(text: str, display_name: str, options: ScanOptions, *, explicit: bool = True) -> list[Finding]:
+def analyze_text(
+    text: str, display_name: str, options: ScanOptions, *, explicit: bool = True, facts: ProjectFacts | None = None
+) -> list[Finding]:
+    return analyze_source(text, display_name, options, explicit=explicit, facts=facts).findings
+
+
+def analyze_source(
+    text: str, display_name: str, options: ScanOptions, *, explicit: bool = True, facts: ProjectFacts | None = None
+) -> FileAnalysis:
     source_rules = [rule for rule in options.rules if rule.node_types]
-    if not explicit and not passes_prefilter(text, options):
-        return []
+    # A module other modules enter once per step, or hand their CUDA device, is analysed whatever it
+    # looks like: its step loop, its torch import or its device may be in the caller.
+    driven = facts is not None and (bool(facts.entered) or facts.cuda or facts.imports_training)
+    if not explicit and not driven and not passes_prefilter(text, options):
+        return FileAnalysis([])
     try:
         module = cst.parse_module(text)
     except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
         row, column, reason = _syntax_error_position(text, error)
         message = f"syntax error, the file cannot be parsed: {reason}"
-        return _file_problem(SYNTAX_ERROR, display_name, options, message, row, column, text)
-    if not source_rules or "torch" not in text:
-        return []
+        return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message, row, column, text))
+    if not source_rules or ("torch" not in text and facts is None):
+        return FileAnalysis([])
     try:
-        return _apply_rules(module, text, display_name, source_rules, options)
+        return _apply_rules(module, text, display_name, source_rules, options, facts)
     except RecursionError:
         message = "the file nests too deeply to analyse (an expression or block thousands of levels deep)"
-        return _file_problem(SYNTAX_ERROR, display_name, options, message)
+        return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message))
 
 
 def _syntax_error_position(text: str, error: Exception) -> tuple[int, int, str]:
@@ -123,16 +160,32 @@ def _syntax_error_position(text: str, error: Exception) -> tuple[int, int, str]:
 
 
 def _apply_rules(
-    module: cst.Module, text: str, display_name: str, rules: Sequence[type[Rule]], options: ScanOptions
-) -> list[Finding]:
+    module: cst.Module,
+    text: str,
+    display_name: str,
+    rules: Sequence[type[Rule]],
+    options: ScanOptions,
+    facts: ProjectFacts | None,
+) -> FileAnalysis:
     # A list, not a set: the order in which questions are asked must not depend on the hash seed.
     site_types = tuple(dict.fromkeys(node_type for rule in rules for node_type in rule.node_types))
     index = build_index(module, site_types, options.periodic_names)
-    if not index.imports.imports_module("torch"):
-        return []  # a file that never imports torch has no tensors
-    steps = StepModel(index, options.extra_hooks)
-    ctx = RuleContext(index, steps, TensorInference(index, steps))
-    cuda = targets_cuda(index, steps) if options.device == "auto" else options.device == "cuda"
+    if facts is None and not index.imports.imports_module("torch"):
+        return FileAnalysis([])  # a file that never imports torch has no tensors (unless a caller passes some)
+    steps = StepModel(index, options.extra_hooks, facts)
+    tensors = TensorInference(index, steps)
+    positions = _Positions(module, display_name)
+    summary = None
+    if facts is not None:
+        own_cuda = targets_cuda(index, steps)
+        summary = summarize(index, steps, tensors, own_cuda, positions.describe_call)
+        if not (facts.entered or facts.cuda) and not index.imports.imports_module("torch"):
+            return FileAnalysis([], summary)  # nothing hands this module tensors
+    ctx = RuleContext(index, steps, tensors)
+    if options.device != "auto":
+        cuda = options.device == "cuda"
+    else:
+        cuda = (summary.cuda if summary is not None else targets_cuda(index, steps)) or (facts is not None and facts.cuda)
     raw: list[tuple[type[Rule], Report, StepReason | None]] = []
     for rule_class in rules:
         if rule_class.needs_cuda and not cuda:
@@ -147,8 +200,30 @@ def _apply_rules(
                 for report in rule.check(site.node, ctx):
                     raw.append((rule_class, report, reason))
     if not raw:
-        return []
-    return _to_findings(module, text, display_name, raw)
+        return FileAnalysis([], summary)
+    return FileAnalysis(_to_findings(module, text, display_name, raw, positions), summary)
+
+
+class _Positions:
+    """Line numbers of a module's nodes, computed once and only when something needs them (libcst
+    computes them for the whole tree at once, the one expensive piece of metadata)."""
+
+    def __init__(self, module: cst.Module, display_name: str) -> None:
+        self.module = module
+        self.display_name = display_name
+        self._positions = None
+
+    def __getitem__(self, node: cst.CSTNode):
+        if self._positions is None:
+            self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return self._positions[node]
+
+    def describe_call(self, reason: StepReason, call: cst.Call) -> str:
+        """Why `call` runs once per step, for the module it enters: "step loop `for x in loader`
+        (main.py:120) → `engine.step()` (main.py:124)"."""
+        where = _describe(reason, self, self.module, self.display_name)
+        callee = " ".join(self.module.code_for_node(call.func).split())
+        return f"{where} → `{callee}()` ({self.display_name}:{self[call].start.line})"
 
 
 def _line_starts(text: str) -> list[int]:
@@ -184,8 +259,7 @@ def _location(offset: int, starts: list[int]) -> Location:
     return Location(line, offset - starts[line - 1] + 1)
 
 
-def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[Finding]:
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+def _to_findings(module: cst.Module, text: str, display_name: str, raw, positions: _Positions) -> list[Finding]:
     starts = _line_starts(text)
     lines = text.splitlines()
     suppressed = suppressions(text)
@@ -211,13 +285,18 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw) -> list[
     return sorted(findings.values(), key=Finding.sort_key)
 
 
-def _describe(reason: StepReason, positions, module: cst.Module) -> str:
-    line = positions[reason.node].start.line
-    if reason.kind == "hook":
-        where = f"step hook `{reason.hook}` (line {line})"
+def _describe(reason: StepReason, positions, module: cst.Module, file: str | None = None) -> str:
+    """Why a line runs per step. `file` names the module when the text is read in another one."""
+    if reason.kind == "external":
+        where = reason.origin or "called once per step from another module"
     else:
-        header = _loop_header(reason.node, module)
-        where = f"step loop `{header}` (line {line})"
+        line = positions[reason.node].start.line
+        at = f"{file}:{line}" if file else f"line {line}"
+        if reason.kind == "hook":
+            where = f"step hook `{reason.hook}` ({at})"
+        else:
+            header = _loop_header(reason.node, module)
+            where = f"step loop `{header}` ({at})"
     if reason.via:
         where += ", through " + " -> ".join(f"`{name}()`" for name in reason.via)
     return where
@@ -269,44 +348,100 @@ class ScanResult:
     findings: list[Finding] = field(default_factory=list)
     # Internal errors ("file: what went wrong"): a bug of ours, never a problem with the user's file.
     problems: list[str] = field(default_factory=list)
+    # Project-wide scans: each file's facts from the other files (by display name), which a fix pass
+    # must analyse the file with again to find the same findings.
+    facts: dict[str, ProjectFacts] = field(default_factory=dict)
 
 
-def analyze_many(items: Iterable[tuple[str, str, bool, ScanOptions]], jobs: int) -> ScanResult:
+Item = tuple[str, str, bool, ScanOptions]  # (path, display name, named explicitly, options)
+
+
+def analyze_many(items: Iterable[Item], jobs: int) -> ScanResult:
     """Analyse (path, display name, explicit, options) items, in worker processes when there are
-    many. Each file has its own options: the configuration closest to it decides them."""
-    work = list(items)
-    if jobs <= 1 or len(work) < 16:
-        results = [_analyze_item(item) for item in work]
-    else:
-        from concurrent.futures import ProcessPoolExecutor
+    many. Each file has its own options: the configuration closest to it decides them.
 
-        # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
-        # test files) must not end up in one worker's batch while the others sit idle.
-        work.sort(key=_size, reverse=True)
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_analyze_item, work, chunksize=1))
-    total = ScanResult()
-    for result in results:
-        total.findings.extend(result.findings)
-        total.problems.extend(result.problems)
+    Several files are one project (project.py): each is analysed, then analysed again with what the
+    others say about it, until nothing changes. A single file is analysed alone."""
+    work = list(items)
+    with _Workers(jobs if len(work) >= 16 else 1) as workers:
+        if len(work) < 2:
+            outcomes = workers.run([(*item, None) for item in work])
+            return _total(outcomes, {})
+        layout = ProjectLayout(path for path, *_ in work)
+        key = {item[0]: os.path.abspath(item[0]) for item in work}
+        facts = {key[item[0]]: ProjectFacts(roots=layout.roots) for item in work}
+        outcomes = workers.run([(*item, facts[key[item[0]]]) for item in work])
+        for _ in range(MAX_ROUNDS):
+            summaries = {key[item[0]]: outcome[2] for item, outcome in zip(work, outcomes) if outcome[2] is not None}
+            new = derive_facts(layout, summaries)
+            changed = [i for i, item in enumerate(work) if new[key[item[0]]] != facts[key[item[0]]]]
+            facts = new
+            if not changed:
+                break
+            for i, outcome in zip(changed, workers.run([(*work[i], facts[key[work[i][0]]]) for i in changed])):
+                outcomes[i] = outcome
+    return _total(outcomes, {item[1]: facts[key[item[0]]] for item in work})
+
+
+# What one file's analysis sends back: its findings, internal errors, and its project summary.
+Outcome = tuple[list[Finding], list[str], ModuleSummary | None]
+
+
+def _total(outcomes: list[Outcome], facts: dict[str, ProjectFacts]) -> ScanResult:
+    total = ScanResult(facts=facts)
+    for findings, problems, _ in outcomes:
+        total.findings.extend(findings)
+        total.problems.extend(problems)
     total.findings.sort(key=Finding.sort_key)
     return total
 
 
-def _size(item: tuple[str, str, bool, ScanOptions]) -> int:
+class _Workers:
+    """Runs analyses in this process, or in one pool of worker processes kept for every round."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self._pool = None
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def run(self, work: list[tuple[str, str, bool, ScanOptions, ProjectFacts | None]]) -> list[Outcome]:
+        if self.jobs <= 1 or len(work) < 2:
+            return [_analyze_item(item) for item in work]
+        if self._pool is None:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+        # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
+        # test files) must not end up in one worker's batch while the others sit idle.
+        order = sorted(range(len(work)), key=lambda i: _size(work[i][0]), reverse=True)
+        results = list(self._pool.map(_analyze_item, [work[i] for i in order], chunksize=1))
+        outcomes: list[Outcome] = [([], [], None)] * len(work)
+        for i, outcome in zip(order, results):
+            outcomes[i] = outcome
+        return outcomes
+
+
+def _size(path: str) -> int:
     try:
-        return os.path.getsize(item[0])
+        return os.path.getsize(path)
     except OSError:
         return 0
 
 
-def _analyze_item(item: tuple[str, str, bool, ScanOptions]) -> ScanResult:
-    path, name, explicit, options = item
+def _analyze_item(item: tuple[str, str, bool, ScanOptions, ProjectFacts | None]) -> Outcome:
+    path, name, explicit, options, facts = item
     with _deep_recursion():
         try:
-            return ScanResult(analyze_path(path, name, options, explicit=explicit))
+            analysis = analyze_file(path, name, options, explicit=explicit, facts=facts)
+            return analysis.findings, [], analysis.summary
         except Exception as error:  # a bug in loopaudit must not hide the other files' findings
-            return ScanResult(problems=[_describe_error(name, error)])
+            return [], [_describe_error(name, error)], None
 
 
 def analyze_stdin(data: bytes, name: str, options: ScanOptions) -> ScanResult:

@@ -22,6 +22,7 @@ import libcst as cst
 from .atomic import write_atomically
 from .engine import ScanOptions, analyze_text
 from .finding import Finding
+from .project import ProjectFacts
 
 MAX_PASSES = 8
 
@@ -44,7 +45,10 @@ def applicable(finding: Finding, unsafe: bool) -> bool:
     return finding.fix is not None and (finding.fix.applicability == "safe" or unsafe)
 
 
-def fix_file(path: str, display: str, options: ScanOptions, *, unsafe: bool, write: bool) -> FileFix:
+def fix_file(
+    path: str, display: str, options: ScanOptions, *, unsafe: bool, write: bool, facts: ProjectFacts | None = None
+) -> FileFix:
+    """`facts`: what the rest of the scanned project said about the file, so each pass finds what the scan found."""
     result = FileFix(path, display)
     try:
         with open(path, "rb") as stream:
@@ -54,7 +58,7 @@ def fix_file(path: str, display: str, options: ScanOptions, *, unsafe: bool, wri
     except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as error:
         result.problem = f"cannot be fixed: {error}"
         return result
-    findings = analyze_text(text, display, options)
+    findings = analyze_text(text, display, options, facts=facts)
     first = findings
     for _ in range(MAX_PASSES):
         edits = _non_overlapping([e for f in findings if applicable(f, unsafe) for e in f.fix.edits])
@@ -69,7 +73,7 @@ def fix_file(path: str, display: str, options: ScanOptions, *, unsafe: bool, wri
             result.problem = "a fix produced code that does not parse; the file was left alone (please report this)"
             return result
         text = candidate
-        findings = analyze_text(text, display, options)
+        findings = analyze_text(text, display, options, facts=facts)
     result.remaining = findings
     result.fixed = _removed(first, findings)
     if text == before:

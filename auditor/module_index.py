@@ -151,6 +151,8 @@ class FunctionInfo:
     direct_calls: list[CallSite] = field(default_factory=list)  # outside loops
     all_calls: list[CallSite] = field(default_factory=list)
     call_sites: list[CallSite] = field(default_factory=list)  # filled in when calls are resolved
+    returns: list[cst.BaseExpression] = field(default_factory=list)  # what its `return` statements give back
+    is_generator: bool = False  # it has a `yield`: calling it returns an iterator
 
     @property
     def qualname(self) -> str:
@@ -164,6 +166,7 @@ class ClassInfo:
     bases: list[cst.BaseExpression]
     methods: dict[str, FunctionInfo] = field(default_factory=dict)
     attributes: dict[str, list[Binding]] = field(default_factory=dict)  # `self.x = ...` in any method
+    buffers: set[str] = field(default_factory=set)  # `self.register_buffer("x", ...)`: tensors that move with the module
 
 
 @dataclass(eq=False, repr=False)
@@ -318,6 +321,11 @@ class _Indexer:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             self.index.cuda_method_calls = True
+        elif isinstance(func, cst.Attribute) and func.attr.value == "register_buffer" and node.args:
+            owner = self.scope.owner_class
+            name = node.args[0].value
+            if owner is not None and isinstance(name, cst.SimpleString):
+                owner.buffers.add(name.value.strip("'\""))
         if any(
             arg.keyword is not None and arg.keyword.value in ("non_blocking", "pin_memory")
             and isinstance(arg.value, cst.Name) and arg.value.value == "True"
@@ -347,6 +355,14 @@ class _Indexer:
                 self.function.direct_calls.append(site)
                 if training:
                     self.function.trains_directly = True
+
+    def _visit_return(self, node: cst.Return) -> None:
+        if self.function is not None and node.value is not None:
+            self.function.returns.append(node.value)
+
+    def _visit_yield(self, node: cst.Yield) -> None:
+        if self.function is not None:
+            self.function.is_generator = True
 
     def _visit_string(self, node: cst.SimpleString) -> None:
         if "cuda" in node.value or "nccl" in node.value:
@@ -447,6 +463,8 @@ class _Indexer:
 
     _visitors = {
         cst.Call: _visit_call,
+        cst.Return: _visit_return,
+        cst.Yield: _visit_yield,
         cst.SimpleString: _visit_string,
         cst.FormattedString: _visit_fstring,
         cst.Attribute: _visit_attribute,

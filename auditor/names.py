@@ -52,11 +52,15 @@ class ImportTable:
                     top = full.split(".")[0]
                     self._aliases.setdefault(top, top)
             return
-        if node.relative or node.module is None:
-            return  # a relative import names this project's code, never torch
-        module = dotted_name(node.module)
-        if module is None or isinstance(node.names, cst.ImportStar):
+        if isinstance(node.names, cst.ImportStar):
             return
+        # A relative import names this project's code, never torch: it keeps its leading dots
+        # (`from .engine import step` -> ".engine.step") for the project index to resolve.
+        dots = "." * len(node.relative)
+        module = dotted_name(node.module) if node.module is not None else ""
+        if module is None:
+            return
+        prefix = dots + module + "." if module else dots
         for alias in node.names:
             imported = dotted_name(alias.name)
             if imported is None:
@@ -64,7 +68,7 @@ class ImportTable:
             local = imported
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
-            self._aliases[local] = f"{module}.{imported}"
+            self._aliases[local] = prefix + imported
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
         """The qualified name of `node` if its first part was imported, else None."""

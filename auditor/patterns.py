@@ -106,6 +106,8 @@ def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None, extra_name
                 _is_step_counter(operand, loop_variables) for operand in operands
             ):
                 return True
+            if _is_first_n_guard(n, loop_variables):
+                return True
         elif isinstance(n, cst.Name):
             if PERIODIC_NAME.search(n.value) or n.value in extra_names:
                 return True
@@ -115,6 +117,22 @@ def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None, extra_name
         elif isinstance(n, cst.Call) and terminal_name(n.func) in _TIME_FUNCTIONS:
             return True
     return False
+
+
+def _is_first_n_guard(comparison: cst.Comparison, loop_variables: set[str]) -> bool:
+    """`if i < 4:`, `if batch_idx <= 2:`, `if 10 > step:`: a step counter below a number written in
+    the code lets the body run for the first few steps only (showing a few images, a warm-up check)."""
+    if len(comparison.comparisons) != 1:
+        return False
+    target = comparison.comparisons[0]
+    left, right, operator = comparison.left, target.comparator, target.operator
+    if isinstance(operator, (cst.GreaterThan, cst.GreaterThanEqual)):
+        left, right = right, left
+    elif not isinstance(operator, (cst.LessThan, cst.LessThanEqual)):
+        return False
+    return isinstance(right, cst.Integer) and _is_step_counter(left, loop_variables) and not _EPOCH.search(
+        terminal_name(left) or ""
+    )
 
 
 def is_rare_branch(body: cst.BaseSuite) -> bool:
@@ -136,6 +154,12 @@ def is_rare_branch(body: cst.BaseSuite) -> bool:
             if name in {"exit", "_exit", "abort"}:
                 return True
     return False
+
+
+def runs_once(node: cst.For | cst.While) -> bool:
+    """A loop whose body always ends by leaving it (`return`, `break`, `raise` as its last statement,
+    outside any `if`) runs its body at most once: `for x, y in loader: ...; return elapsed`."""
+    return is_rare_branch(node.body)
 
 
 def loop_target_names(node: cst.For | cst.While) -> set[str]:

@@ -28,6 +28,7 @@ _STEP_HINT = re.compile(
     re.M,
 )
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
+_FOR_LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?for\b", re.M)
 _BATCH_SOURCE = re.compile(r"[lL]oader|get_batch|next_batch|fetch_batch|data_?iter|prefetcher")
 # Everything device.py accepts as a sign of CUDA must pass here too.
 _CUDA_HINT = re.compile(
@@ -54,4 +55,8 @@ def may_contain_findings(
         return True
     if _STEP_HINT.search(text) is not None:
         return True
-    return _WHILE_TRUE.search(text) is not None and _BATCH_SOURCE.search(text) is not None
+    # A loop over a name bound to a loader elsewhere in the file (`pbar = tqdm(loaders[0])` ...
+    # `for x, y in pbar:`), or a `while True:` that fetches batches.
+    if _BATCH_SOURCE.search(text) is None:
+        return False
+    return _WHILE_TRUE.search(text) is not None or _FOR_LOOP.search(text) is not None

@@ -17,11 +17,13 @@ in this module is itself per step. docs/per-step-model.md explains the choices a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
 
-from .module_index import CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope
+from .module_index import Binding, CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope
+from .project import ProjectFacts
 from .names import dotted_name, terminal_name
 from .patterns import (
     BATCH_FETCH,
@@ -31,6 +33,7 @@ from .patterns import (
     is_step_variable,
     loop_target_names,
     mentions_step_bound,
+    runs_once,
     unwrap_iterable,
 )
 
@@ -41,6 +44,25 @@ _COMMON_METHODS = frozenset({
     "write", "read", "log", "format", "item", "sum", "mean", "compute", "copy", "state_dict", "apply",
     "__init__", "__call__", "parameters", "named_parameters",
 })
+
+# Calls that return the same object (or the same model, moved): `Net().to(device)` is still a Net.
+_MOVES = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "requires_grad_"})
+# Wrappers whose calls run the model they wrap: `DistributedDataParallel(model)(x)` is `model(x)`.
+_MODEL_WRAPPERS = frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel", "torch.compile",
+})
+_MODEL_WRAPPER_NAMES = frozenset({"DistributedDataParallel", "DataParallel", "DDP"})
+
+_IGNITE_ENGINES = frozenset({"Engine", "DeterministicEngine"})
+
+
+def _per_iteration_event(expr: cst.BaseExpression) -> bool:
+    """`Events.ITERATION_COMPLETED` (every iteration), not `Events.ITERATION_COMPLETED(every=50)`."""
+    return isinstance(expr, cst.Attribute) and expr.attr.value in (
+        "ITERATION_STARTED", "ITERATION_COMPLETED", "GET_BATCH_STARTED", "GET_BATCH_COMPLETED"
+    )
+
 
 # Methods a framework calls once per batch. Lightning calls the batch hooks on both LightningModules
 # and Callbacks; HF's Trainer calls its own step methods and its TrainerCallbacks' step events.
@@ -66,12 +88,20 @@ class StepReason:
     node: cst.CSTNode  # the step loop (For/While) or the hook (FunctionDef)
     hook: str | None = None  # "LightningModule.training_step" and kin
     via: tuple[str, ...] = ()  # functions entered on the way, outermost first
+    # kind "external": the function is entered per step from another module of the project;
+    # `origin` says from where ("step loop `for x in loader` (main.py:120) → `engine.step()` (main.py:124)").
+    origin: str | None = None
 
 
 class StepModel:
-    def __init__(self, index: ModuleIndex, extra_hooks: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, index: ModuleIndex, extra_hooks: frozenset[str] = frozenset(), facts: ProjectFacts | None = None
+    ) -> None:
         self.index = index
         self.extra_hooks = extra_hooks
+        # What the rest of the scanned project says about this module's calls into it and out of it
+        # (project.py); None when the file is analysed alone.
+        self.facts = facts
         self._functions_by_name: dict[str, list[FunctionInfo]] = {}
         for function in index.functions:
             if function.class_info is None:
@@ -87,6 +117,12 @@ class StepModel:
         self._function_reason: dict[int, StepReason | None] = {}
         self._frame_reason: dict[int, StepReason | None] = {}
         self._resolved: dict[int, list[FunctionInfo]] = {}
+        self._external: dict[int, str | None] = {}
+        self._sites_by_call: dict[int, CallSite] | None = None
+        self._nested: dict[int, list[FunctionInfo]] | None = None  # id(function) -> functions defined in it
+        self._step_work: dict[int, bool] = {}
+        self._entered: dict[int, str] = self._entered_from_elsewhere()
+        self._engine_hooks: dict[int, str] = self._find_engine_hooks()
         for site in index.calls:
             for function in self.resolve(site):
                 function.call_sites.append(site)
@@ -117,13 +153,26 @@ class StepModel:
             if local:
                 return local
             cls = self._class_of_instance(func.value, site)
-            return self._methods(cls, ("forward", "__call__")) if cls else []
+            if cls:
+                return self._methods(cls, ("forward", "__call__"))
+            factory = self._factory_call(func, site.scope)
+            if factory is not None and isinstance(factory.func, cst.Name):
+                # `train = make_train_step(model, opt)` ... `train(x, y)`: the function it returns.
+                return [f for maker in self._functions_by_name.get(factory.func.value, ()) for f in self.returned_functions(maker)]
+            return []
         if isinstance(func, cst.Attribute):
             receiver = func.value
             method = func.attr.value
             if isinstance(receiver, cst.Name) and receiver.value in {"self", "cls"}:
                 cls = site.frame.enclosing_class()
-                return self._methods(cls, (method,)) if cls else []
+                found = self._methods(cls, (method,)) if cls else []
+                if not found:
+                    # `self.encoder(x)` with `self.encoder = Encoder(...)`, a class of this module.
+                    owner = self.class_of(func, site.scope)
+                    local = self.index.classes.get(owner[8:]) if owner and owner.startswith("<local>.") else None
+                    if local is not None:
+                        found = self._methods(local, ("forward", "__call__"))
+                return found
             if isinstance(receiver, cst.Name):
                 cls = self._class_of_instance(receiver.value, site)
                 if cls is not None:
@@ -135,6 +184,204 @@ class StepModel:
                 if len(owners) == 1:
                     return owners
         return []
+
+    def call_site(self, call: cst.Call) -> CallSite | None:
+        """The recorded site of a call node (where it sits, in which scope)."""
+        if self._sites_by_call is None:
+            self._sites_by_call = {id(site.call): site for site in self.index.calls}
+        return self._sites_by_call.get(id(call))
+
+    def returned_functions(self, maker: FunctionInfo) -> list[FunctionInfo]:
+        """The functions defined inside `maker` that it returns (`def step(...): ...; return step`)."""
+        names = {value.value for value in maker.returns if isinstance(value, cst.Name)}
+        if not names:
+            return []
+        if self._nested is None:
+            self._nested = {}
+            for function in self.index.functions:
+                outer = function.frame.parent.enclosing_function() if function.frame.parent is not None else None
+                if outer is not None:
+                    self._nested.setdefault(id(outer), []).append(function)
+        return [f for f in self._nested.get(id(maker), ()) if f.name in names]
+
+    def _factory_call(self, func: cst.BaseExpression, scope: Scope) -> cst.Call | None:
+        """The call whose result a called name holds: `train = train_fns.GAN_training_function(...)`."""
+        if not isinstance(func, cst.Name):
+            return None
+        found = scope.lookup(func.value)
+        if found is None:
+            return None
+        calls = [b.value for b in found[0] if b.kind == "value" and isinstance(b.value, cst.Call)]
+        if not calls or len(calls) != len(found[0]):
+            return None
+        # `train = make_step(...) if cfg else make_dummy()`: the first factory stands for them all.
+        return next((c for c in calls if not looks_like_class(terminal_name(c.func) or "")), None)
+
+    def external_target(self, site: CallSite) -> str | None:
+        """What a call that enters no function of this module calls, as a qualified name through
+        this module's imports: `engine.train_one_epoch`, `.utils.reduce` (relative), or
+        `models.Net.forward` for `model(x)` / `self.model(x)` when `model = Net(...)` and `Net` is
+        imported. None when it cannot be told (or it enters this module)."""
+        key = id(site.call)
+        if key not in self._external:
+            self._external[key] = None if self.resolve(site) else self._external_target(site)
+        return self._external[key]
+
+    def _external_target(self, site: CallSite) -> str | None:
+        func = site.call.func
+        qualified = self.index.imports.qualify(func)
+        if qualified is not None:
+            return qualified
+        factory = self._factory_call(func, site.scope)
+        if factory is not None:
+            made_by = self.index.imports.qualify(factory.func)
+            if made_by is not None:
+                return made_by + "()"  # the function another module's factory returns
+        if isinstance(func, cst.Attribute):
+            owner = self.class_of(func.value, site.scope)
+            if owner is not None:
+                return f"{owner}.{func.attr.value}"
+        owner = self.class_of(func, site.scope)
+        if owner is not None:
+            return f"{owner}.forward"
+        if isinstance(func, cst.Attribute) and func.attr.value not in _COMMON_METHODS:
+            # `model.parse_batch(batch)` on an object we cannot type: the project may have only
+            # one class with that method (the project index decides).
+            return f"*.{func.attr.value}"
+        return None
+
+    def class_of(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> str | None:
+        """The class `expr` is an instance of, when it is imported or passed in by another module
+        (a qualified name, or "@file:Class"), or this module's own class ("<local>.Class"):
+        `model` after `model = models.Net(...).to(device)`, through `DistributedDataParallel(model)`,
+        a factory of this module (`model = load_model(hp)` returning `Tacotron2(hp).cuda()`), or a
+        parameter its callers fill with one; `self.model` after `self.model = Net(...)` in any method."""
+        if depth > 4:
+            return None
+        if isinstance(expr, cst.Name):
+            found = scope.lookup(expr.value)
+            if found is None:
+                return None
+            bindings, owner = found
+            if not bindings and expr.value in owner.params:
+                return self._parameter_class(expr.value, owner, depth)
+        elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            cls = scope.owner_class
+            bindings = cls.attributes.get(expr.attr.value, []) if cls is not None else []
+        else:
+            return None
+        for binding in bindings:
+            if binding.kind != "value":
+                continue
+            found_class = self._class_of_value(binding.value, binding.scope, depth)
+            if found_class is not None:
+                return found_class
+        return None
+
+    def _class_of_value(self, value: cst.BaseExpression, scope: Scope, depth: int) -> str | None:
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
+            value = value.func.value  # look through `.to(device)`, `.cuda()`, `.train()`
+        if isinstance(value, (cst.Name, cst.Attribute)) and not isinstance(value, cst.Call):
+            return self.class_of(value, scope, depth + 1)  # `model_without_ddp = model`
+        if not isinstance(value, cst.Call):
+            return None
+        qualified = self.index.imports.qualify(value.func)
+        positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
+        if qualified in _MODEL_WRAPPERS or (terminal_name(value.func) or "") in _MODEL_WRAPPER_NAMES:
+            return self.class_of(positional[0], scope, depth + 1) if positional else None
+        name = terminal_name(value.func) or ""
+        if looks_like_class(name):
+            if qualified is not None:
+                return qualified
+            if isinstance(value.func, cst.Name) and name in self.index.classes:
+                return f"<local>.{name}"
+            return None
+        if isinstance(value.func, cst.Name):
+            # A factory of this module: what its `return` statements give back.
+            for function in self._functions_by_name.get(name, ()):
+                for returned in function.returns:
+                    found = self._class_of_value(returned, function.scope, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def _parameter_class(self, name: str, scope: Scope, depth: int) -> str | None:
+        function = self.function_info(scope.function) if scope.function is not None else None
+        if function is None:
+            return None
+        for site in function.call_sites[:8]:
+            argument = argument_for(function, name, site.call)
+            if argument is not None:
+                found = self.class_of(argument, site.scope, depth + 1)
+                if found is not None:
+                    return found
+        if self.facts is not None:
+            for qualname, param, cls in self.facts.argument_classes:
+                if param == name and qualname == function.qualname:
+                    return cls
+        return None
+
+    def _known_elsewhere(self, kind: str, sites: list[CallSite]) -> bool:
+        """Does one of these calls enter a function of another module that trains / has a step loop /
+        does a step's work (kind: a field of ProjectFacts)?"""
+        if self.facts is None:
+            return False
+        known = getattr(self.facts, kind)
+        if not known:
+            return False
+        return any(self.external_target(site) in known for site in sites)
+
+    def _entered_from_elsewhere(self) -> dict[int, str]:
+        """id(function) -> where it is entered per step from, for the functions other modules call per step."""
+        if self.facts is None or not self.facts.entered:
+            return {}
+        entered: dict[int, str] = {}
+        module_functions = {f.name: f for f in self.index.functions if f.class_info is None}
+        for qualname, origin in self.facts.entered:
+            cls_name, _, method = qualname.rpartition(".")
+            if not cls_name:
+                targets = [module_functions[method]] if method in module_functions else []
+            elif cls_name in module_functions and cls_name not in self.index.classes:
+                targets = [f for f in self.returned_functions(module_functions[cls_name]) if f.name == method]
+            else:
+                cls = self.index.classes.get(cls_name)
+                names = (method, "__call__") if method == "forward" else (method,)
+                targets = self._methods(cls, names) if cls is not None else []
+            for function in targets:
+                entered.setdefault(id(function), origin)
+        return entered
+
+    def _find_engine_hooks(self) -> dict[int, str]:
+        """Functions an engine calls once per batch: pytorch-ignite's `Engine(process_function)`, and
+        handlers of its per-iteration events (`@trainer.on(Events.ITERATION_COMPLETED)`,
+        `add_event_handler(Events.ITERATION_STARTED, fn)`; `Events.ITERATION_COMPLETED(every=N)` is periodic)."""
+        if not self.index.imports.imports_module("ignite"):
+            return {}
+        hooks: dict[int, str] = {}
+
+        def mark(expr: cst.BaseExpression | None, hook: str) -> None:
+            if isinstance(expr, cst.Name):
+                for function in self._functions_by_name.get(expr.value, ()):
+                    hooks.setdefault(id(function), hook)
+
+        for site in self.index.calls:
+            call = site.call
+            positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+            qualified = self.index.imports.qualify(call.func) or ""
+            if qualified.startswith("ignite.") and qualified.rsplit(".", 1)[-1] in _IGNITE_ENGINES and positional:
+                mark(positional[0], "ignite.Engine process function")
+            elif terminal_name(call.func) == "add_event_handler" and len(positional) >= 2:
+                if _per_iteration_event(positional[0]):
+                    mark(positional[1], "ignite per-iteration event handler")
+        for function in self.index.functions:
+            for decorator in function.node.decorators:
+                call = decorator.decorator
+                if (
+                    isinstance(call, cst.Call) and terminal_name(call.func) == "on" and call.args
+                    and _per_iteration_event(call.args[0].value)
+                ):
+                    hooks.setdefault(id(function), "ignite per-iteration event handler")
+        return hooks
 
     def _class_of_instance(self, name: str, site: CallSite) -> ClassInfo | None:
         """`model = Net().to(device)` makes `model` an instance of the module's class Net."""
@@ -178,14 +425,22 @@ class StepModel:
         return answer
 
     def _decide_step_loop(self, loop: LoopInfo) -> bool:
+        if runs_once(loop.node):
+            return False  # its body always leaves the loop: it runs once, not once per step
         if loop.trains_directly or any(self.trains(f) for site in loop.direct_calls for f in self.resolve(site)):
             return True
+        if self._known_elsewhere("trains", loop.direct_calls):
+            return True  # `for batch in loader_like: engine.train_step(batch)`, train_step in another file
         if self.has_inner_step_loop(loop):
             return False  # an epoch loop (or an outer loop over splits, models, ...)
         if self.iterates_loader(loop) or self.fetches_batch(loop):
             return True
         # A loop that only *looks* like it counts steps (`while num_iters < n`, `for b in
         # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
+        # Not inside a model's own methods: there a counted loop unrolls the computation (an
+        # autoregressive decoder's `while True:`), which runs within one step.
+        if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
+            return False
         return self.counts_steps(loop) and self.does_step_work(loop.all_calls)
 
     def fetches_batch(self, loop: LoopInfo) -> bool:
@@ -211,22 +466,37 @@ class StepModel:
             elif BATCH_FETCH.match(name) or (FORWARD_CALLEE.search(name) and name not in self.index.classes):
                 return True
             for function in self.resolve(site):
-                if id(function) not in seen and self.does_step_work(function.all_calls, seen | {id(function)}):
+                if id(function) not in seen and self.function_does_step_work(function, seen):
                     return True
-        return False
+        return self._known_elsewhere("step_work", calls)
+
+    def function_does_step_work(self, function: FunctionInfo, seen: frozenset = frozenset()) -> bool:
+        key = id(function)
+        if key not in self._step_work:
+            self._step_work[key] = False
+            self._step_work[key] = self.does_step_work(function.all_calls, seen | {key})
+        return self._step_work[key]
 
     def has_inner_step_loop(self, loop: LoopInfo) -> bool:
-        if any(self.is_step_loop(child) or self.has_inner_step_loop(child) for child in loop.children):
+        # Only what runs on most iterations counts: an evaluation loop run every N steps
+        # (`if step % eval_every == 0: evaluate()`) does not turn the training loop into an epoch loop.
+        children = [child for child in loop.children if _on_every_iteration(child.frame.parent, loop.frame)]
+        if any(self.is_step_loop(child) or self.has_inner_step_loop(child) for child in children):
             return True
-        return any(self.has_step_loop(f) for site in loop.all_calls for f in self.resolve(site))
+        calls = [site for site in loop.all_calls if _on_every_iteration(site.frame, loop.frame)]
+        if any(self.has_step_loop(f) for site in calls for f in self.resolve(site)):
+            return True
+        return self._known_elsewhere("has_step_loop", calls)
 
     def trains(self, function: FunctionInfo) -> bool:
         """Does calling this function train (outside any loop of its own)?"""
         key = id(function)
         if key not in self._trains:
             self._trains[key] = False
-            self._trains[key] = function.trains_directly or any(
-                self.trains(f) for site in function.direct_calls for f in self.resolve(site)
+            self._trains[key] = (
+                function.trains_directly
+                or any(self.trains(f) for site in function.direct_calls for f in self.resolve(site))
+                or self._known_elsewhere("trains", function.direct_calls)
             )
         return self._trains[key]
 
@@ -234,8 +504,10 @@ class StepModel:
         key = id(function)
         if key not in self._has_step_loop:
             self._has_step_loop[key] = False
-            self._has_step_loop[key] = any(self.is_step_loop(loop) for loop in function.loops) or any(
-                self.has_step_loop(f) for site in function.all_calls for f in self.resolve(site)
+            self._has_step_loop[key] = (
+                any(self.is_step_loop(loop) for loop in function.loops)
+                or any(self.has_step_loop(f) for site in function.all_calls for f in self.resolve(site))
+                or self._known_elsewhere("has_step_loop", function.all_calls)
             )
         return self._has_step_loop[key]
 
@@ -313,7 +585,7 @@ class StepModel:
         """The loops that iterate what `value` (say a `DataLoader(...)` call) evaluates to: through the
         name it is bound to (`train_loader = DataLoader(...)`), `self.<name>`, or a parameter of a
         function whose call sites pass that name (`train(model, train_loader)`)."""
-        bound = self.index.bound_names.get(id(value))
+        bound = self.bound_name(value)
         if bound is None:
             return []
         name, scope = bound
@@ -326,6 +598,34 @@ class StepModel:
                     found.append(loop)
                     break
         return found
+
+    def bound_name(self, value: cst.BaseExpression) -> tuple[str, Scope] | None:
+        """What the value of this expression is called, and where: the name it is assigned to, or the
+        parameter it is passed to."""
+        return self.index.bound_names.get(id(value)) or self._parameter_receiving(value)
+
+    def refers_to(self, expr: cst.BaseExpression, name: str, scope: Scope, where: Scope) -> bool:
+        """Does `expr` (read in `where`) hold what `name` in `scope` holds, through names and parameters?"""
+        return self._refers_to(expr, name, scope, where, depth=0)
+
+    def _parameter_receiving(self, value: cst.BaseExpression) -> tuple[str, Scope] | None:
+        """`cycle(DataLoader(...))`: a value passed straight to a function of this module is known
+        there by its parameter's name."""
+        for site in self.index.calls:
+            for position, arg in enumerate(site.call.args):
+                if arg.value is not value or arg.star:
+                    continue
+                for function in self.resolve(site):
+                    params = function.node.params
+                    names = [p.name.value for p in (*params.posonly_params, *params.params)]
+                    if function.class_info is not None and names[:1] in (["self"], ["cls"]):
+                        names = names[1:]
+                    if arg.keyword is not None:
+                        return arg.keyword.value, function.scope
+                    if position < len(names):
+                        return names[position], function.scope
+                return None
+        return None
 
     def _refers_to(self, expr: cst.BaseExpression, name: str, scope: Scope, where: Scope, depth: int) -> bool:
         if name.startswith("self."):
@@ -349,6 +649,8 @@ class StepModel:
             for b in bindings
         ):
             return True
+        if depth < 3 and any(self._returned_by(b, name, scope, depth) for b in bindings):
+            return True
         if depth < 3 and not bindings and expr.value in owner.params and owner.function is not None:
             # a parameter: does any call site pass our name for it?
             function = self.function_info(owner.function)
@@ -357,6 +659,23 @@ class StepModel:
             for site in function.call_sites[:8]:
                 argument = argument_for(function, expr.value, site.call)
                 if argument is not None and self._refers_to(argument, name, scope, site.scope, depth + 1):
+                    return True
+        return False
+
+    def _returned_by(self, binding: Binding, name: str, scope: Scope, depth: int) -> bool:
+        """`train_loader, valset = prepare_dataloaders(hp)` where prepare_dataloaders, a function of
+        this module, returns our `train_loader` (as that element of its tuple)."""
+        value = binding.value
+        if binding.kind not in ("value", "element") or not isinstance(value, cst.Call):
+            return False
+        site = self.call_site(value)
+        for function in self.resolve(site) if site is not None else ():
+            for returned in function.returns:
+                if binding.kind == "element":
+                    if not isinstance(returned, cst.Tuple) or binding.position >= len(returned.elements):
+                        continue
+                    returned = returned.elements[binding.position].value
+                if self._refers_to(returned, name, scope, function.scope, depth + 1):
                     return True
         return False
 
@@ -415,7 +734,7 @@ class StepModel:
     def hook_name(self, function: FunctionInfo) -> str | None:
         cls = function.class_info
         if cls is None:
-            return None
+            return self._engine_hooks.get(id(function))
         if function.name in self.extra_hooks:
             return f"{cls.name}.{function.name}"
         framework = self.framework_of(cls)
@@ -499,10 +818,27 @@ class StepModel:
             for site in function.call_sites:
                 outer = self.reason(site.frame)
                 if outer is not None:
-                    answer = StepReason(outer.kind, outer.node, outer.hook, (*outer.via, function.qualname))
+                    answer = StepReason(outer.kind, outer.node, outer.hook, (*outer.via, function.qualname), outer.origin)
                     break
+            if answer is None and key in self._entered:
+                answer = StepReason("external", function.node, origin=self._entered[key])
         self._function_reason[key] = answer
         return answer
+
+
+def looks_like_class(name: str) -> bool:
+    """`ResNet`, `Tacotron2`, `MoCo`: a class by Python's naming convention; not `GAN_training_function`."""
+    return name[:1].isupper() and any(c.islower() for c in name) and re.search(r"_[a-z]", name) is None
+
+
+def _on_every_iteration(frame: Frame | None, loop_frame: Frame) -> bool:
+    """Does code in `frame` run on (most) iterations of the loop whose body is `loop_frame`: not under a
+    periodic guard or in a rare branch between the two?"""
+    while frame is not None and frame is not loop_frame:
+        if frame.kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.DEFERRED):
+            return False
+        frame = frame.parent
+    return True
 
 
 def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:

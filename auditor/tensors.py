@@ -104,6 +104,13 @@ _TORCH_CREATION = frozenset({
 _CONTAINER_METHODS = frozenset({"pop", "get"})
 # Parameters of framework step hooks that hold the batch, already moved to the device by the framework.
 _HOOK_BATCH_PARAMS = frozenset({"batch", "inputs", "input", "data", "sample", "samples"})
+# Methods of an nn.Module that iterate its tensors (named_*: (name, tensor) pairs).
+_PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
+# Fields of batch objects (PyG's Batch, HF's BatchEncoding) that hold Python numbers, not tensors.
+_COUNT_ATTRIBUTES = frozenset({
+    "num_graphs", "num_nodes", "num_edges", "num_features", "num_node_features", "num_edge_features",
+    "batch_size", "keys", "is_cuda",
+})
 _NON_TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout"})
 
 
@@ -113,6 +120,7 @@ class TensorInference:
         self.steps = steps
         self._busy: set[tuple[int, str]] = set()
         self._provisional: dict[tuple[int, str], Kind] = {}
+        self._returns: dict[int, tuple[Kind, ...]] = {}
         self._where: LoopInfo | None = None  # the loop the expression being asked about sits in
 
     def kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
@@ -163,6 +171,10 @@ class TensorInference:
             return Kind.TENSOR if _TENSOR_NAMES.match(name) else Kind.UNKNOWN
         bindings, owner = found
         bindings = self._reaching(bindings)
+        if len(bindings) > 1:
+            # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made:
+            # a binding is never what its own right-hand side reads.
+            bindings = [b for b in bindings if not _holds(b.value, expr)] or bindings
         key = (id(owner), name)
         if key in self._busy:
             # `x = x.to(device)` or `loss = loss / n` refers to the name being decided: use what
@@ -183,7 +195,13 @@ class TensorInference:
         if name in owner.params:  # a parameter, possibly also reassigned: `x = x * 2` in forward
             kinds.append(self._parameter_kind(name, owner))
         merged = _merge(kinds)
-        if merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name) and not {Kind.NOT_TENSOR, Kind.HOST_TENSOR} & set(kinds):
+        # A tensor-like name (`pred`, `loss`) is taken at its word, except as the element of an iterable
+        # we know nothing about: `for pred, gt in zip(preds_str, labels)` walks decoded strings.
+        if (
+            merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name)
+            and not {Kind.NOT_TENSOR, Kind.HOST_TENSOR} & set(kinds)
+            and not any(binding.kind == "loop" for binding in bindings)
+        ):
             return Kind.TENSOR
         return merged
 
@@ -195,8 +213,12 @@ class TensorInference:
         if function is None or name == "self":
             return Kind.UNKNOWN
         info = self.steps.function_info(function)
-        if info is not None and self.steps.hook_name(info) is not None:
-            return Kind.TENSOR if name in _HOOK_BATCH_PARAMS else Kind.UNKNOWN
+        hook = self.steps.hook_name(info) if info is not None else None
+        if hook is not None:
+            if name not in _HOOK_BATCH_PARAMS:
+                return Kind.UNKNOWN
+            # ignite hands its process function the loader's batch as it is: the function moves it.
+            return Kind.HOST_TENSOR if hook.startswith("ignite") else Kind.TENSOR
         if owner is None or function.name.value != "forward" or not self.steps.is_torch_module(owner):
             return self._argument_kind(name, info) if info is not None else Kind.UNKNOWN
         for param in (*function.params.posonly_params, *function.params.params):
@@ -210,11 +232,16 @@ class TensorInference:
         return Kind.UNKNOWN
 
     def _argument_kind(self, name: str, function) -> Kind:
-        """What the module's own call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor."""
-        return _merge([
+        """What the call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor. The
+        module's own call sites, and those of other modules of the project (project.py)."""
+        kinds = [
             self.kind(argument, scope, 6) if argument is not None else Kind.UNKNOWN
             for argument, scope in self.arguments_for(name, function)
-        ])
+        ]
+        facts = self.steps.facts
+        if facts is not None and facts.argument_kinds:
+            kinds += [Kind(kind) for qualname, param, kind in facts.argument_kinds if param == name and qualname == function.qualname]
+        return _merge(kinds)
 
     def arguments_for(self, name: str, function) -> list[tuple[cst.BaseExpression | None, Scope]]:
         """The expression each of the module's call sites of `function` passes for parameter `name`
@@ -261,6 +288,10 @@ class TensorInference:
         if binding.kind in ("value", "augment"):
             return self.kind(value, scope, depth)
         if binding.kind == "element":
+            if isinstance(value, cst.Call):
+                returned = self.returned_kinds(value, scope, depth)
+                if returned is not None and binding.position + 1 < len(returned):
+                    return returned[binding.position + 1]  # `loss, parts = compute_loss(...)`: that element
             inner = self.kind(value, scope, depth)
             # `logits, loss = model(x, y)`, `x, y = batch`: elements of tensors' containers are tensors.
             return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
@@ -280,6 +311,10 @@ class TensorInference:
             return self._loop_element_kind(args[position], scope, 0) if position < len(args) else Kind.UNKNOWN
         if wrapper in ("range", "trange"):
             return Kind.NOT_TENSOR
+        if wrapper in _PARAMETER_ITERATORS and isinstance(iterable.func, cst.Attribute):
+            # `for p in model.parameters()`, `for name, p in model.named_parameters()`: where the model is.
+            wanted = position == 1 if wrapper.startswith("named_") else position == 0
+            return Kind.TENSOR if wanted else Kind.NOT_TENSOR
         if wrapper in ("items", "values") and isinstance(iterable.func, cst.Attribute):
             # `for k, v in batch.items()`: the values of a batch dict are where the batch is.
             container = self.kind(iterable.func.value, scope, 6)
@@ -295,6 +330,8 @@ class TensorInference:
         if isinstance(iterable, cst.Name) and self._batch_part_on_host(iterable, scope):
             # `for image in images` where `images` is (part of) a batch still on the host.
             return Kind.HOST_TENSOR
+        if self.kind(iterable, scope, 6) is Kind.HOST_TENSOR:
+            return Kind.HOST_TENSOR  # the rows of a host tensor (or the items of a list of them)
         return Kind.UNKNOWN
 
     def _batch_part_on_host(self, iterable: cst.Name, scope: Scope) -> bool:
@@ -325,13 +362,20 @@ class TensorInference:
             return self._self_attribute_kind(attr, scope, depth)
         if attr in _TENSOR_ATTRIBUTES:
             return Kind.TENSOR
-        if self.kind(expr.value, scope, depth) is Kind.HOST_TENSOR:
+        receiver = self.kind(expr.value, scope, depth)
+        if receiver is Kind.HOST_TENSOR:
             return Kind.HOST_TENSOR  # a field of a batch still on the host: torchtext's `batch.src`
+        if receiver is Kind.TENSOR and attr not in _COUNT_ATTRIBUTES:
+            # A field of a batch object moved to the device (`batch = batch.to(device)`; PyG's
+            # `batch.batch`, `batch.y`): the move took its tensors along.
+            return Kind.TENSOR
         return Kind.UNKNOWN
 
     def _self_attribute_kind(self, attr: str, scope: Scope, depth: int) -> Kind:
         """`self.tokens` is a tensor when the class assigns it one (`self.tokens += (y >= 0).sum()`)."""
         owner = scope.owner_class
+        if owner is not None and attr in owner.buffers:
+            return Kind.TENSOR  # a registered buffer moves to the device with its module
         bindings = owner.attributes.get(attr) if owner is not None else None
         if not bindings:
             return Kind.UNKNOWN
@@ -378,9 +422,68 @@ class TensorInference:
 
     # --- calls ---------------------------------------------------------------------------------
 
+    def returned_kinds(self, call: cst.Call, scope: Scope, depth: int) -> tuple[Kind, ...] | None:
+        """What a call of a project function returns: (the whole, then each element when every
+        `return` gives a tuple of the same length), from the function's own `return` statements when
+        it is in this module, from the project index when it is in another; None when unknown."""
+        site = self.steps.call_site(call)
+        if site is None:
+            return None
+        functions = self.steps.resolve(site)
+        if functions:
+            return self._local_returns(functions, depth)
+        facts = self.steps.facts
+        if facts is None or not facts.return_kinds:
+            return None
+        target = self.steps.external_target(site)
+        for name, kinds in facts.return_kinds:
+            if name == target:
+                return tuple(Kind(kind) for kind in kinds)
+        return None
+
+    def _local_returns(self, functions, depth: int) -> tuple[Kind, ...] | None:
+        results = []
+        for function in functions:
+            key = (id(function), "<return>")
+            if key in self._busy or not function.returns or function.node.asynchronous is not None:
+                return None
+            self._busy.add(key)
+            try:
+                results.append(self.function_returns(function, depth))
+            finally:
+                self._busy.discard(key)
+        if len({len(r) for r in results}) != 1:
+            return (_merge([r[0] for r in results]),)
+        return tuple(_merge(list(kinds)) for kinds in zip(*results))
+
+    def function_returns(self, function, depth: int = 0) -> tuple[Kind, ...]:
+        """(whole, element 0, element 1, ...) for what `function` returns (see `returned_kinds`)."""
+        cached = self._returns.get(id(function))
+        if cached is None:
+            cached = self._returns[id(function)] = self._function_returns(function, depth)
+        return cached
+
+    def _function_returns(self, function, depth: int) -> tuple[Kind, ...]:
+        if function.is_generator:
+            return (Kind.UNKNOWN,)  # a generator returns its iterator
+        values = function.returns
+        whole = _merge([self.kind(value, function.scope, depth) for value in values])
+        sizes = {len(value.elements) if isinstance(value, cst.Tuple) else -1 for value in values}
+        if len(sizes) != 1 or -1 in sizes:
+            return (whole,)
+        elements = [
+            _merge([self.kind(value.elements[i].value, function.scope, depth) for value in values])  # type: ignore[attr-defined]
+            for i in range(sizes.pop())
+        ]
+        return (_merge(elements), *elements)
+
     def _kind_Call(self, expr: cst.Call, scope: Scope, depth: int) -> Kind:
         func = expr.func
         qualified = self.index.imports.qualify(func)
+        if qualified is not None and not qualified.startswith(("torch.", "numpy.")) and qualified != "torch":
+            returned = self.returned_kinds(expr, scope, depth)
+            if returned is not None:
+                return returned[0]
         if qualified is not None:
             return self._library_call_kind(qualified, expr, scope, depth)
         if isinstance(func, cst.Name):
@@ -390,7 +493,8 @@ class TensorInference:
                 return Kind.UNKNOWN  # constructing one of the module's own classes
             if FORWARD_CALLEE.search(func.value) or self._is_model_instance(func.value, scope):
                 return Kind.TENSOR
-            return Kind.UNKNOWN
+            returned = self.returned_kinds(expr, scope, depth)
+            return returned[0] if returned is not None else Kind.UNKNOWN
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             if method in _NON_TENSOR_METHODS:
@@ -406,6 +510,8 @@ class TensorInference:
                 return receiver
             if isinstance(func.value, cst.Name) and func.value.value == "self" and FORWARD_CALLEE.search(method):
                 return Kind.TENSOR  # `self.model(x)`, `self.criterion(out, y)`
+            returned = self.returned_kinds(expr, scope, depth)
+            return returned[0] if returned is not None else Kind.UNKNOWN
         return Kind.UNKNOWN
 
     def _library_call_kind(self, qualified: str, call: cst.Call, scope: Scope, depth: int) -> Kind:
@@ -426,12 +532,22 @@ class TensorInference:
             device = next((a.value for a in call.args if a.keyword and a.keyword.value == "device"), None)
             if device is None or _is_cpu_literal(device):
                 return Kind.HOST_TENSOR
+            if isinstance(device, cst.Attribute) and device.attr.value == "device":
+                # `torch.zeros(n, device=x.device)`: wherever x is.
+                where = self.kind(device.value, scope, depth)
+                return where if where in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
             return Kind.TENSOR
         # Other functions compute where their inputs live: torch.isnan(loss) is where loss is.
-        inputs = [self.kind(arg.value, scope, depth) for arg in call.args if arg.keyword is None][:3]
+        inputs = [self._input_kind(arg.value, scope, depth) for arg in call.args if arg.keyword is None][:3]
         if Kind.HOST_TENSOR in inputs and Kind.TENSOR not in inputs:
             return Kind.HOST_TENSOR
         return Kind.TENSOR
+
+    def _input_kind(self, expr: cst.BaseExpression, scope: Scope, depth: int) -> Kind:
+        """Where an argument of a torch function lives; `torch.cat((x, v))` reads the tuple's tensors."""
+        if isinstance(expr, (cst.Tuple, cst.List)) and expr.elements:
+            return _merge([self.kind(element.value, scope, depth) for element in expr.elements[:4]])
+        return self.kind(expr, scope, depth)
 
     def _is_model_instance(self, name: str, scope: Scope) -> bool:
         found = scope.lookup(name)

@@ -276,6 +276,115 @@ CASES = {
             optimizer.step()
             total += loss.item()  # per-step
         """,
+    "a loop whose body always returns runs once (a timing helper)": """
+        import torch
+        model = model.cuda()
+        def time_one_batch(loader):
+            for x, y in loader:
+                out = model(x.cuda())
+                print(out.sum().item())
+                return out
+        for x, y in train_loader:
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+            print(loss.item())  # per-step
+        """,
+    "the first few steps only (`if i < 4:`) are not per-step": """
+        import torch
+        model = model.cuda()
+        for i, (x, y) in enumerate(train_loader):
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+            if i < 4:
+                print(loss.item())
+            if 2 >= batch_idx:
+                print(loss.item())
+            if i < len(train_loader) - 1:
+                print(loss.item())  # per-step
+        """,
+    "ignite's process function and per-iteration handlers are step hooks": """
+        import torch
+        from ignite.engine import Engine, Events
+        model = model.cuda()
+        def train_step(engine, batch):
+            x, y = batch
+            loss = criterion(model(x.cuda()), y.cuda())
+            loss.backward()
+            optimizer.step()
+            return loss.item()  # per-step
+        trainer = Engine(train_step)
+        @trainer.on(Events.ITERATION_COMPLETED)
+        def log_loss(engine):
+            print(engine.state.output.item())  # per-step
+        @trainer.on(Events.ITERATION_COMPLETED(every=100))
+        def log_rarely(engine):
+            print(engine.state.output.item())
+        trainer.run(train_loader, max_epochs=10)
+        """,
+    "a counted loop inside a model's own method unrolls one step (an autoregressive decoder)": """
+        import torch
+        class Decoder(torch.nn.Module):
+            def inference(self, memory):
+                outputs = []
+                while True:
+                    out = self.prenet(memory)
+                    outputs.append(out)
+                    if len(outputs) > 100 or out.sum().item() > 0.5:
+                        break
+                return outputs
+            def forward(self, x):
+                return self.prenet(x)
+        model = Decoder().cuda()
+        for x, y in train_loader:
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+            print(loss.item())  # per-step
+        """,
+    "a submodule called through `self.encoder(x)` runs its forward per step": """
+        import torch
+        class Encoder(torch.nn.Module):
+            def forward(self, x, lengths):
+                print(lengths.max().item())  # per-step
+                return x
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = Encoder()
+            def forward(self, x, lengths):
+                return self.encoder(x, lengths)
+        model = Net().cuda()
+        for x, lengths in train_loader:
+            loss = model(x.cuda(), lengths.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+        """,
+    "the parameters of a model are device tensors (a per-parameter gradient norm)": """
+        import torch
+        model = model.cuda()
+        for x, y in train_loader:
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            for name, p in model.named_parameters():
+                print(name, p.grad.norm().item())  # per-step
+            optimizer.step()
+        """,
+    "a factory of this module returns the step function": """
+        import torch
+        model = model.cuda()
+        def make_step(model, optimizer):
+            def step_fn(x):
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+                return loss.item()  # per-step
+            return step_fn
+        run = make_step(model, optimizer)
+        for x in stream:
+            run(x.cuda())
+        """,
 }
 
 
@@ -352,3 +461,34 @@ def test_a_batch_moved_to_the_device_in_place_is_a_device_tensor():
                 print(x)
     """).lstrip("\n")
     assert findings_of(source, "LA10") == [(6, "LA103"), (7, "LA104")]
+
+
+def test_decoded_strings_zipped_beside_a_batch_are_not_tensors():
+    source = textwrap.dedent("""
+        import torch
+        model = model.cuda()
+        for images, labels in valid_loader:
+            preds = model(images.cuda())
+            preds_str = converter.decode(preds)
+            for pred, gt in zip(preds_str, labels):
+                if pred == gt:
+                    n_correct += 1
+    """).lstrip("\n")
+    assert findings_of(source, "LA103") == []
+
+
+def test_fields_of_a_batch_object_moved_to_the_device_are_device_tensors():
+    source = textwrap.dedent("""
+        import torch
+        device = torch.device("cuda")
+        for batch in train_loader:
+            batch = batch.to(device)
+            out = model(batch.x, batch.edge_index, batch.batch)
+            is_labeled = batch.y == batch.y
+            loss = criterion(out[is_labeled], batch.y[is_labeled])
+            loss.backward()
+            optimizer.step()
+            if batch.num_graphs > 1:
+                pass
+    """).lstrip("\n")
+    assert findings_of(source, "LA105") == [(7, "LA105")]

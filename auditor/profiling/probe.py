@@ -100,8 +100,15 @@ class Probe:
             if probe._primary_optimizer is None and probe._batches_fetched:
                 probe._boundary("batch")  # no optimizer has stepped: each batch is a step
             probe._batches_fetched += 1
+            spy = probe._spy
+            if spy is not None:
+                spy.fetching = True
             started = time.perf_counter()
-            batch = original_next(iterator)  # StopIteration passes through, as it must
+            try:
+                batch = original_next(iterator)  # StopIteration passes through, as it must
+            finally:
+                if spy is not None:
+                    spy.fetching = False
             waited = time.perf_counter() - started
             probe._wait += waited
             if probe._primary_optimizer is None:

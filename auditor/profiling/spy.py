@@ -114,6 +114,9 @@ class SyncSpy:
         self._current: SiteRecord | None = None
         self._restore: list[tuple[object, str, object, bool]] = []
         self._enabled = True
+        # Inside a DataLoader's `__next__` (single-process loading): `Dataset.__getitem__` and the
+        # collate function build the batch on the host, so nothing they read can wait for a GPU.
+        self.fetching = False
 
     # --- installing ----------------------------------------------------------------------------
 
@@ -221,6 +224,8 @@ class SyncSpy:
             return False
         if self.cuda:
             return tensor.is_cuda
+        if self.fetching:
+            return False
         # No GPU here: only the user's own calls count, and not on DataLoader output that the script
         # leaves on the host while it moves other batch tensors (a CUDA run keeps it there too).
         if getattr(tensor, BATCH_TAG, None) is not None and not getattr(tensor, MOVED_TAG, False) and self.moves_batches:

@@ -6,10 +6,16 @@ and a `labels.json` ({"file.py": [{"code": "LA202", "line": 12, "note": "..."}],
 [...]}). `benchmarks/precision/corpora/` keeps the manifests and labels, so a corpus can be fetched
 again from the same commits and re-scored.
 
+A corpus holds single scripts (corpora a and b: `file.py` at the top of the folder, scanned together)
+or multi-file projects (corpora c and d: one folder per project, `project/engine.py` in the manifest
+and the labels). Each project folder is scanned on its own, as its author would scan it, so the
+project-wide analysis sees exactly that project's modules.
+
 A finding matches a label of the same code within one line (a multi-line statement may be reported
 at its first line and labelled at another). Findings that match an ambiguous label count neither way.
 
     python benchmarks/precision/score.py CORPUS_DIR [CORPUS_DIR ...] [--codes LA2,LA3] [--show]
+        [--python PATH]   # score the loopaudit installed for another interpreter (an older version)
 """
 
 from __future__ import annotations
@@ -22,29 +28,38 @@ import sys
 from pathlib import Path
 
 
-def _findings(folder: Path) -> list[dict]:
-    completed = subprocess.run(
-        [sys.executable, "-m", "loopaudit", "scan", str(folder), "--output-format", "json"],
-        capture_output=True, text=True, check=False,
-    )
-    if completed.returncode not in (0, 1):
-        raise SystemExit(f"loopaudit failed on {folder}:\n{completed.stderr}")
-    return json.loads(completed.stdout)
+def _findings(folder: Path, python: str) -> list[dict]:
+    """Every finding in the corpus, its `filename` made relative to the corpus folder."""
+    scans = [[str(project)] for project in sorted(folder.iterdir()) if project.is_dir()]
+    loose = sorted(str(path) for path in folder.glob("*.py"))
+    if loose:
+        scans.append(loose)
+    findings = []
+    for paths in scans:
+        completed = subprocess.run(
+            [python, "-m", "loopaudit", "scan", *paths, "--output-format", "json", "--isolated"],
+            capture_output=True, text=True, check=False,
+        )
+        if completed.returncode not in (0, 1):
+            raise SystemExit(f"loopaudit failed on {paths}:\n{completed.stderr}")
+        for finding in json.loads(completed.stdout):
+            finding["filename"] = Path(finding["filename"]).resolve().relative_to(folder.resolve()).as_posix()
+            findings.append(finding)
+    return findings
 
 
 def _family(code: str) -> str:
     return code[:3] + "xx"
 
 
-def score(folders: list[Path], prefixes: tuple[str, ...], show: bool) -> dict:
+def score(folders: list[Path], prefixes: tuple[str, ...], show: bool, python: str = sys.executable) -> dict:
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for folder in folders:
         labels = json.loads((folder / "labels.json").read_text())
-        findings = _findings(folder)
+        findings = _findings(folder, python)
         by_file: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
         for finding in findings:
-            name = Path(finding["filename"]).name
-            by_file[name].append((finding["code"], finding["location"]["row"]))
+            by_file[finding["filename"]].append((finding["code"], finding["location"]["row"]))
         for name in sorted(k for k in labels if not k.endswith("#ambiguous")):
             wanted = [(l["code"], l["line"]) for l in labels[name] if l["code"].startswith(prefixes)]
             ambiguous = [(l["code"], l["line"]) for l in labels.get(name + "#ambiguous", [])]
@@ -75,8 +90,9 @@ def main() -> None:
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--codes", default="LA", help="comma-separated code prefixes to score, e.g. LA2,LA3")
     parser.add_argument("--show", action="store_true", help="list every false positive and miss")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter whose loopaudit is scored")
     args = parser.parse_args()
-    counts = score(args.folders, tuple(args.codes.split(",")), args.show)
+    counts = score(args.folders, tuple(args.codes.split(",")), args.show, args.python)
     total = collections.Counter()
     print(f"{'family':8} {'tp':>4} {'fp':>4} {'fn':>4} {'precision':>9} {'recall':>7}")
     for family in sorted(counts):

@@ -14,6 +14,36 @@ _FACTORIES = frozenset({
 })
 # Factories from Python data: flagged only for constants (data the script computes must be copied anyway).
 _FROM_DATA = frozenset({"tensor", "as_tensor"})
+# The legacy typed constructors: `torch.LongTensor(b, n)` makes an uninitialised tensor of that size
+# on the host, `torch.IntTensor([length] * b)` one from data.
+_LEGACY = frozenset({
+    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
+    "CharTensor", "ByteTensor", "BoolTensor", "Tensor",
+})
+
+
+def _is_fill(expr: cst.BaseExpression) -> bool:
+    """`[value] * n`: one value repeated, which `torch.full((n,), value, device=...)` makes on the device."""
+    if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply)):
+        return False
+    for side in (expr.left, expr.right):
+        if isinstance(side, cst.List) and len(side.elements) == 1 and not isinstance(side.elements[0], cst.StarredElement):
+            return isinstance(side.elements[0].value, (cst.Name, cst.Attribute, cst.Integer, cst.Float))
+    return False
+
+
+def _legacy_host_creation(call: cst.Call) -> bool:
+    """`torch.LongTensor(b, n)` (sizes) or `torch.IntTensor([c] * b)` / `torch.FloatTensor([0.5])` (a fill or a constant)."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if not positional or len(positional) != len(call.args):
+        return False
+    if len(positional) == 1 and isinstance(positional[0], (cst.List, cst.Tuple, cst.BinaryOperation)):
+        return _is_constant(positional[0]) or _is_fill(positional[0])
+    if len(positional) == 1:
+        # `torch.LongTensor(n)` is a size, `torch.LongTensor(tokens)` data the script computed: only a
+        # number written out can be told apart.
+        return isinstance(positional[0], cst.Integer)
+    return all(isinstance(arg, (cst.Integer, cst.Name, cst.Attribute, cst.BinaryOperation)) for arg in positional)
 
 
 def _is_constant(expr: cst.BaseExpression) -> bool:
@@ -39,6 +69,8 @@ def _host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
         qualified = ctx.qualified_name(expr.func) or ""
         if qualified.startswith("torch.") and qualified.count(".") == 1:
             factory = qualified[6:]
+            if factory in _LEGACY:
+                return expr if _legacy_host_creation(expr) else None
             if factory not in _FACTORIES and factory not in _FROM_DATA:
                 # `torch.triu(torch.full(...))`: computed on the host from a host-made tensor
                 first = expr.args[0] if expr.args else None
@@ -58,7 +90,7 @@ def _host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
                 return None  # a CPU generator: the same random numbers on every machine, on purpose
             if factory in _FROM_DATA:
                 data = expr.args[0].value if expr.args and expr.args[0].keyword is None else None
-                if data is None or not _is_constant(data):
+                if data is None or not (_is_constant(data) or _is_fill(data)):
                     return None
             return expr
         if not isinstance(expr.func, cst.Attribute):
@@ -134,6 +166,15 @@ class CreatedOnHostThenMoved(Rule):
         "(reproducibility across runs on the same setup is kept)."
     )
     valid = (
+        # Legacy constructors from data the script computed: the copy is needed.
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "for image, text in train_loader:\n"
+        "    encoded = [vocab[c] for c in text]\n"
+        "    targets = torch.LongTensor(encoded).to(device)\n"
+        "    loss = model(image.to(device, non_blocking=True), targets).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         "import torch\n"
         "device = torch.device('cuda')\n"
         "for x, y in train_loader:\n"
@@ -199,6 +240,17 @@ class CreatedOnHostThenMoved(Rule):
         "    x = x.cuda(non_blocking=True)\n"
         "    weights = torch.ones(x.size(0))\n"
         "    loss = (model(x) * weights.cuda()).sum()  # expect: LA205\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # The legacy typed constructors, by size or from one value repeated (CRNN-style length tensors).
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "for image, text in train_loader:\n"
+        "    image = image.to(device, non_blocking=True)\n"
+        "    b = image.size(0)\n"
+        "    lengths = torch.IntTensor([max_length] * b).to(device)  # expect: LA205\n"
+        "    text_input = torch.LongTensor(b, max_length + 1).fill_(0).to(device)  # expect: LA205\n"
+        "    loss = model(image, text_input, lengths).sum()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
     )

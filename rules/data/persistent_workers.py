@@ -3,12 +3,15 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.module_index import FrameKind
+from loopaudit.names import terminal_name
+from loopaudit.patterns import unwrap_iterable
 from loopaudit.rule import Report, Rule
+from loopaudit.stepmodel import argument_for
 
 from ._loaders import UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, step_loops
 
 
-def _reused_across_epochs(loop, ctx) -> bool:
+def _reused_across_epochs(loop, node, ctx) -> bool:
     """Is the loader made once and iterated again and again? Some loop must repeat the iteration
     without repeating the `DataLoader(...)` call: a loader built inside `validate()` is a new one at
     every call, and keeping its workers alive would not help."""
@@ -17,10 +20,31 @@ def _reused_across_epochs(loop, ctx) -> bool:
     while frame is not None and frame.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
         around_creation.add(id(frame))
         frame = frame.parent
-    return _repeated_without(loop.frame.parent, frame, around_creation, frozenset())
+    iterated = {name for expr in unwrap_iterable(loop.node.iter) if (name := terminal_name(expr))}
+    passes = _PassesLoader(ctx, node)
+    return _repeated_without(loop.frame.parent, frame, around_creation, frozenset(), iterated, passes)
 
 
-def _repeated_without(frame, creating_function, around_creation: set, seen: frozenset) -> bool:
+class _PassesLoader:
+    """Does a call hand our loader on: `validation(model, loader)`, not `validation(model, valid_loader)`?"""
+
+    def __init__(self, ctx, creation: cst.Call) -> None:
+        self.ctx = ctx
+        self.bound = ctx.steps.bound_name(creation)
+
+    def __call__(self, site, function, params: list[str]) -> bool:
+        if not params or self.bound is None:
+            return True  # the loop reads an attribute, or the loader has no name: every call counts
+        name, scope = self.bound
+        for param in params:
+            argument = argument_for(function, param, site.call)
+            if argument is not None and self.ctx.steps.refers_to(argument, name, scope, site.scope):
+                return True
+        return False
+
+
+def _repeated_without(frame, creating_function, around_creation: set, seen: frozenset, names: set[str], passes) -> bool:
+    """`names`: what the loop calls the loader (so only the call sites that pass this loader count)."""
     while frame is not None:
         if frame.kind is FrameKind.LOOP and id(frame) not in around_creation:
             return True
@@ -31,9 +55,11 @@ def _repeated_without(frame, creating_function, around_creation: set, seen: froz
             function = frame.function
             if function is None or id(function) in seen:
                 return False
+            params = [name for name in names if name in function.scope.params]
             return any(
-                _repeated_without(site.frame, creating_function, around_creation, seen | {id(function)})
+                _repeated_without(site.frame, creating_function, around_creation, seen | {id(function)}, set(), passes)
                 for site in function.call_sites
+                if passes(site, function, params)
             )
         frame = frame.parent
     return False
@@ -83,6 +109,24 @@ class WorkersRespawnedEachEpoch(Rule):
         "seen by persistent workers, and the workers keep holding their memory between epochs."
     )
     valid = (
+        # A loader built inside test() and handed once to an evaluation function: each call makes a new
+        # one, even though validation() itself also runs every epoch (with another loader).
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def validation(model, loader):\n"
+        "    for x, y in loader:\n"
+        "        out = model(x.cuda(non_blocking=True))\n"
+        "def test(model):\n"
+        "    for name in ('a', 'b'):\n"
+        "        loader = DataLoader(datasets[name], num_workers=4, pin_memory=True)\n"
+        "        validation(model, loader)\n"
+        "for epoch in range(10):\n"
+        "    for x, y in train_loader:\n"
+        "        loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "    validation(model, valid_loader)\n"
+        "test(model)\n",
         "import torch\n"
         "from torch.utils.data import DataLoader\n"
         "train_loader = DataLoader(train_set, batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True)\n"
@@ -121,6 +165,31 @@ class WorkersRespawnedEachEpoch(Rule):
         "    validate(val_set)\n",
     )
     invalid = (
+        # A loader made by a helper and handed back in a tuple (tacotron2's prepare_dataloaders).
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def prepare_dataloaders(hparams):\n"
+        "    train_loader = DataLoader(trainset, num_workers=2, shuffle=True, pin_memory=True)  # expect: LA204\n"
+        "    return train_loader, valset\n"
+        "train_loader, valset = prepare_dataloaders(hparams)\n"
+        "for epoch in range(100):\n"
+        "    for x, y in train_loader:\n"
+        "        loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
+        # An endless generator over a loader starts its workers again at every pass.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def cycle(dl):\n"
+        "    while True:\n"
+        "        for data in dl:\n"
+        "            yield data\n"
+        "dl = cycle(DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4, pin_memory=True))  # expect: LA204\n"
+        "for step in range(100000):\n"
+        "    data = next(dl).cuda(non_blocking=True)\n"
+        "    loss = model(data).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         "import torch\n"
         "from torch.utils.data import DataLoader\n"
         "train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)  # expect: LA204\n"
@@ -198,7 +267,7 @@ class WorkersRespawnedEachEpoch(Rule):
         if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
             return
         if lightning_loader_role(node, ctx) is None and not any(
-            _reused_across_epochs(loop, ctx) for loop in step_loops(node, ctx)
+            _reused_across_epochs(loop, node, ctx) for loop in step_loops(node, ctx)
         ):
             return
         if from_command_line:

@@ -96,6 +96,25 @@ class SyncObservedInStep(RuntimeRule):
         "    optimizer.step()\n"
         "    if step % 10 == 0:\n"
         "        print(f\"step {step}: loss {loss.item():.3f}\")\n",
+        # A Dataset reading its own CPU tensors while the loader fetches a batch: data that never
+        # was on the GPU cannot wait for it.
+        "import torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class Lengths(Dataset):\n"
+        "    def __init__(self):\n"
+        "        self.x, self.n = torch.randn(2048, 16), torch.randint(1, 16, (2048,))\n"
+        "    def __len__(self):\n"
+        "        return len(self.x)\n"
+        "    def __getitem__(self, i):\n"
+        "        n = self.n[i].item()\n"
+        "        return self.x[i, :n].sum(), n % 4\n"
+        "model = torch.nn.Linear(1, 4)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in DataLoader(Lengths(), batch_size=32):\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x.unsqueeze(1)), y)\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
     )
     invalid = (
         "import torch\n"

@@ -5,6 +5,7 @@ import re
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
+from loopaudit.tensors import Kind
 
 _TORCH_FUNCTIONS = {
     "torch.nonzero": "torch.nonzero",
@@ -60,6 +61,17 @@ class DynamicShapeInStep(Rule):
     )
     fix_safety = "No automatic fix: the static-shape formulation depends on what the selected values are used for."
     valid = (
+        # Counting on the host: the sizes are Python numbers made into a CPU tensor (DINO's multi-crop).
+        "import torch\n"
+        "class MultiCrop(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        idx = torch.cumsum(torch.unique_consecutive(torch.tensor([i.shape[-1] for i in x]), return_counts=True)[1], 0)\n"
+        "        return [self.backbone(torch.cat(x[a:b])) for a, b in zip([0, *idx[:-1]], idx)]\n"
+        "model = MultiCrop().cuda()\n"
+        "for images, _ in train_loader:\n"
+        "    loss = model([im.cuda(non_blocking=True) for im in images])[0].sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Static-shape formulations.
         "import torch\n"
         "model.cuda()\n"
@@ -106,6 +118,9 @@ class DynamicShapeInStep(Rule):
             return
         qualified = ctx.qualified_name(node.func) or ""
         if qualified in _TORCH_FUNCTIONS:
+            first = next((arg.value for arg in node.args if arg.keyword is None and not arg.star), None)
+            if first is not None and ctx.kind(first) in (Kind.HOST_TENSOR, Kind.NOT_TENSOR):
+                return  # counting on the host: `torch.unique(torch.tensor(sizes))` waits for no GPU
             yield Report(node, f"`{qualified}` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step")
             return
         if qualified == "torch.where":

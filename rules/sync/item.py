@@ -1,8 +1,30 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
+from loopaudit.names import terminal_name
 from loopaudit.rule import Report, Rule
+
+# `GradScaler.get_scale()` returns `self._scale.item()`, and `state_dict()` calls it: a sync hidden in
+# the scaler (timm's NativeScaler and DeiT/MAE's `loss_scaler.state_dict()["scale"]` go through it).
+_SCALER_NAME = re.compile(r"(?i)(^|_)scaler$")
+_GRAD_SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
+
+
+def _is_grad_scaler(receiver: cst.BaseExpression, ctx) -> bool:
+    name = terminal_name(receiver)
+    if name is None:
+        return False
+    if isinstance(receiver, cst.Name):
+        found = ctx.scope.lookup(name)
+        for binding in found[0] if found else ():
+            if binding.kind == "value" and isinstance(binding.value, cst.Call):
+                qualified = ctx.qualified_name(binding.value.func) or ""
+                if qualified in _GRAD_SCALERS or qualified.endswith("NativeScaler"):
+                    return True
+    return bool(_SCALER_NAME.search(name))
 
 
 class ItemInStep(Rule):
@@ -17,7 +39,9 @@ class ItemInStep(Rule):
     what_it_flags = (
         "`.item()` and `.tolist()` on a tensor in code that runs once per training or evaluation step of a "
         "script that targets CUDA, including metric accumulation such as "
-        "`correct += (pred == y).sum().item()` and progress bars such as `pbar.set_postfix(loss=loss.item())`. "
+        "`correct += (pred == y).sum().item()` and progress bars such as `pbar.set_postfix(loss=loss.item())`, "
+        "and the `.item()` hidden in a gradient scaler: `scaler.get_scale()` and `loss_scaler.state_dict()` "
+        "(as DeiT and MAE log `loss_scaler.state_dict()[\"scale\"]` every step). "
         "Calls under a periodic guard (`if step % log_interval == 0:`) and calls on NumPy values are not "
         "flagged."
     )
@@ -87,8 +111,29 @@ class ItemInStep(Rule):
         "        optimizer.step()\n"
         "        total += loss.detach()\n"
         "    print(epoch, total.item())\n",
+        # The scaler's state saved once per epoch, in a checkpoint, is fine; so is the first few steps' look.
+        "import torch\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "for epoch in range(10):\n"
+        "    for i, (x, y) in enumerate(train_loader):\n"
+        "        loss = model(x.cuda()).sum()\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+        "        if i < 3:\n"
+        "            print(loss.item())\n"
+        "    torch.save({'scaler': scaler.state_dict()}, 'ckpt.pt')\n",
     )
     invalid = (
+        # The gradient scaler's scale, read every step, is an `.item()` in disguise (DeiT, MAE).
+        "import torch\n"
+        "loss_scaler = NativeScaler()\n"
+        "for samples, targets in data_loader:\n"
+        "    samples = samples.cuda(non_blocking=True)\n"
+        "    loss = criterion(model(samples), targets)\n"
+        "    loss_scaler(loss, optimizer, parameters=model.parameters())\n"
+        "    optimizer.step()\n"
+        "    metric_logger.update(loss_scale=loss_scaler.state_dict()['scale'])  # expect: LA101\n",
         "import torch\n"
         "device = 'cuda'\n"
         "for epoch in range(10):\n"
@@ -135,6 +180,14 @@ class ItemInStep(Rule):
     node_types = (cst.Call,)
 
     def check(self, node, ctx):
+        scaler = ctx.method_call(node, "get_scale", "state_dict")
+        if scaler is not None and _is_grad_scaler(scaler, ctx):
+            yield Report(
+                node,
+                f"`{ctx.source(node)}` reads the gradient scaler's scale with a hidden `.item()`: the CPU stalls "
+                "until the GPU drains, once per step",
+            )
+            return
         receiver = ctx.method_call(node, "item", "tolist")
         if receiver is None or node.args or not ctx.maybe_tensor(receiver):
             return

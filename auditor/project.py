@@ -1,0 +1,394 @@
+"""Project-wide analysis: the per-step model across the modules of one scan.
+
+Real projects put the loop in train.py and the step in engine.py, models.py or utils.py. When a scan
+covers several files, each file is still parsed and analysed on its own (in worker processes), but
+its analysis also yields a small, picklable `ModuleSummary`: what its functions do (train, hold a
+step loop, do a step's work) and which calls it makes into other modules, with why each runs once
+per step. From all the summaries, `derive_facts` computes each module's `ProjectFacts`: the functions
+of other modules its calls enter that train (so its loop is a step loop), the functions of its own
+that other modules call once per step (and from where), and whether a CUDA module drives it. A module
+whose facts changed is analysed again with them; a few rounds settle the longest call chains. A file
+scanned alone gets no facts and keeps the single-file behaviour.
+
+Imports resolve the way Python would from the project's folders: `from engine import f` and
+`import utils` to a module of that name nearest the importing file, `from .losses import f` against
+the importing file's package.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from .module_index import FrameKind
+
+if TYPE_CHECKING:
+    from .module_index import ModuleIndex
+    from .stepmodel import StepModel
+    from .tensors import TensorInference
+
+MAX_ROUNDS = 6  # each round settles one more link of a cross-module call chain
+
+
+@dataclass(frozen=True)
+class ProjectFacts:
+    """What the rest of the project says about one module. Equal facts give equal findings, so the
+    scan re-analyses a module only when its facts change (and a cache can key on them)."""
+
+    # First parts of the project's module names: calls to anything else (torch, numpy) never enter it.
+    roots: frozenset[str] = frozenset()
+    trains: frozenset[str] = frozenset()  # call targets (as this module's imports name them) that train
+    has_step_loop: frozenset[str] = frozenset()  # ... that run a step loop of their own
+    step_work: frozenset[str] = frozenset()  # ... that train, run a forward pass or fetch a batch
+    entered: tuple[tuple[str, str], ...] = ()  # (qualname, origin): own functions entered per step elsewhere
+    cuda: bool = False  # a module that targets CUDA drives this one's code
+    # (qualname, parameter, kind): what the callers in other modules pass (a Kind's value, merged here)
+    argument_kinds: tuple[tuple[str, str, str], ...] = ()
+    # (qualname, parameter, "@file:Class"): the class of the object the callers pass
+    argument_classes: tuple[tuple[str, str, str], ...] = ()
+    # (call target as this module names it, (whole, element 0, ...) Kind values): what calls return
+    return_kinds: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The prefilter ruled the module out, but it imports a module whose functions train or do a
+    # step's work: its loop may be a step loop through them, so it is parsed after all.
+    imports_training: bool = False
+    depends_on: tuple[str, ...] = ()  # the files these facts were derived from
+
+    def reaches_project(self, target: str) -> bool:
+        # ".x" relative, "@file:Class.m" a class a caller handed in, "*.m" a method of an untyped object
+        return target.startswith((".", "@", "*")) or target.split(".", 1)[0] in self.roots
+
+
+@dataclass(frozen=True)
+class CallEdge:
+    target: str  # qualified through the caller's imports: "engine.train_one_epoch", ".utils.f", "models.Net.forward"
+    per_step: str | None  # why the call runs once per step, rendered with file and line; None if it does not
+    passes_device: bool  # an argument names the device (`device`, `args.device`, `x.cuda()`, `gpu`)
+    # (position or keyword, Kind value) of each argument, and (position or keyword, class) where the
+    # argument is an object whose class is known ("models.Net" as the caller imports it, "<local>.Net")
+    arguments: tuple[tuple[str, str], ...] = ()
+    classes: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class FunctionFacts:
+    trains: bool
+    has_step_loop: bool
+    step_work: bool
+    params: tuple[str, ...] = ()  # positional parameters, `self` left out: position -> name
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    functions: dict[str, FunctionFacts] = field(default_factory=dict)  # qualname -> what calling it does
+    class_bases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # class -> bases (qualified if imported)
+    edges: tuple[CallEdge, ...] = ()
+    cuda: bool = False  # the module's own evidence (device.py), or its facts'
+    # qualname -> (whole, element 0, ...) Kind values of what it returns, where something is known
+    returns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    factories: dict[str, str] = field(default_factory=dict)  # qualname -> "qualname.inner", the function it returns
+
+
+def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
+    """The summary of one analysed module. `describe(reason, call)` renders why `call` runs per step."""
+    facts = steps.facts
+    assert facts is not None
+    functions = {}
+    factories = {}
+    for function in index.functions:
+        qualname = function.qualname
+        if function.frame.parent is not None and function.frame.parent.kind not in (FrameKind.MODULE, FrameKind.CLASS):
+            continue  # a nested function is only reached through its enclosing one (or as a factory's product)
+        for made in steps.returned_functions(function):
+            factories[qualname] = f"{qualname}.{made.name}"
+            functions[factories[qualname]] = _function_facts(steps, made)
+        functions[qualname] = _function_facts(steps, function)
+    returns = {}
+    for function in index.functions:
+        if function.qualname in functions and function.returns:
+            kinds = tensors.function_returns(function)
+            if any(kind.value != "unknown" for kind in kinds):
+                returns[function.qualname] = tuple(kind.value for kind in kinds)
+    bases = {
+        name: tuple(index.imports.qualify(base) or _plain(base) for base in cls.bases)
+        for name, cls in index.classes.items()
+    }
+    edges = []
+    for site in index.calls:
+        target = steps.external_target(site)
+        if target is None or not facts.reaches_project(target):
+            continue
+        reason = steps.reason(site.frame)
+        if target.startswith("*") and reason is None and site.frame.innermost_loop() is None:
+            continue  # an untyped method call matters only where it may train or run per step
+        per_step = describe(reason, site.call) if reason is not None else None
+        arguments, classes = [], []
+        for position, arg in enumerate(site.call.args[:8]):
+            if arg.star:
+                break
+            key = arg.keyword.value if arg.keyword is not None else str(position)
+            arguments.append((key, tensors.kind_at(arg.value, site.scope, site.frame).value))
+            cls = steps.class_of(arg.value, site.scope)
+            if cls is not None:
+                classes.append((key, cls))
+        edges.append(CallEdge(target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes)))
+    return ModuleSummary(functions, bases, tuple(edges), cuda, returns, factories)
+
+
+def _function_facts(steps: StepModel, function) -> FunctionFacts:
+    params = function.node.params
+    names = tuple(p.name.value for p in (*params.posonly_params, *params.params))
+    if function.class_info is not None and names[:1] in (("self",), ("cls",)):
+        names = names[1:]
+    return FunctionFacts(steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function), names)
+
+
+def _plain(node: cst.BaseExpression) -> str:
+    return node.value if isinstance(node, cst.Name) else ""
+
+
+def _passes_device(call: cst.Call) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in ("device", "gpu", "gpu_id", "rank", "local_rank"):
+            return True
+        node = arg.value
+        if isinstance(node, cst.SimpleString) and node.value.strip("'\"").startswith("cuda"):
+            return True
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cuda", "to"):
+            return True
+        while isinstance(node, cst.Attribute):
+            if "device" in node.attr.value or node.attr.value in ("gpu", "local_rank"):
+                return True
+            node = node.value
+        if isinstance(node, cst.Name) and ("device" in node.value or node.value in ("gpu", "local_rank")):
+            return True
+    return False
+
+
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([\w.]+))", re.M)
+
+
+class ProjectLayout:
+    """Which file each module name of the scan stands for."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = sorted({os.path.abspath(p) for p in paths})
+        self._by_name: dict[str, list[str]] = {}
+        self._files = set(self.paths)
+        self._imports: dict[str, list[str]] = {}
+        # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
+        self.methods: dict[str, list[tuple[str, str]]] = {}
+        if not self.paths:
+            self.root = ""
+            return
+        self.root = os.path.commonpath([os.path.dirname(p) for p in self.paths])
+        # The scanned folder may be a package itself (`scan pytorchyolo/`, whose modules import
+        # `pytorchyolo.utils.loss`): names start up to a few package levels above it.
+        for _ in range(3):
+            parent = os.path.dirname(self.root)
+            if parent == self.root or not os.path.basename(self.root).isidentifier():
+                break
+            self.root = parent
+        for path in self.paths:
+            for name in self.module_names(path):
+                self._by_name.setdefault(name, []).append(path)
+
+    def module_names(self, path: str) -> list[str]:
+        """`root/a/b/c.py` may be imported as `c`, `b.c` or `a.b.c` (whichever folder is on sys.path)."""
+        parts = os.path.relpath(path, self.root).split(os.sep)
+        parts[-1] = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
+        if parts[-1] == "__init__":
+            parts.pop()
+        return [".".join(parts[i:]) for i in range(len(parts)) if all(p.isidentifier() for p in parts[i:])]
+
+    def imported_modules(self, path: str) -> list[str]:
+        """The modules a file imports, read from its text (for files that were not parsed)."""
+        cached = self._imports.get(path)
+        if cached is None:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as stream:
+                    text = stream.read()
+            except OSError:
+                text = ""
+            cached = self._imports[path] = [
+                match.group(1) or match.group(2) for match in _IMPORT.finditer(text)
+            ]
+        return cached
+
+    @property
+    def roots(self) -> frozenset[str]:
+        return frozenset(name.split(".", 1)[0] for name in self._by_name)
+
+    def resolve(self, importer: str, target: str) -> tuple[str, str] | None:
+        """(file, qualname in it) for a call target, or None when it is not in the project."""
+        if target.startswith("@"):
+            file, _, qualname = target[1:].rpartition(":")
+            return (file, qualname) if file in self._files else None
+        if target.startswith("*."):
+            owners = self.methods.get(target[2:], ())
+            return owners[0] if len(owners) == 1 else None
+        if target.startswith("."):
+            return self._resolve_relative(importer, target)
+        parts = target.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            candidates = self._by_name.get(".".join(parts[:cut]))
+            if candidates:
+                # The module nearest the importing file: two projects in one scan both have utils.py.
+                best = max(candidates, key=lambda c: (len(os.path.commonpath([c, importer])), c))
+                return best, ".".join(parts[cut:])
+        return None
+
+    def _resolve_relative(self, importer: str, target: str) -> tuple[str, str] | None:
+        level = len(target) - len(target.lstrip("."))
+        base = os.path.dirname(importer)
+        for _ in range(level - 1):
+            base = os.path.dirname(base)
+        parts = target[level:].split(".")
+        for cut in range(len(parts) - 1, -1, -1):
+            folder = os.path.join(base, *parts[:cut])
+            for candidate in (folder + ".py", os.path.join(folder, "__init__.py")):
+                if cut and candidate.endswith("/.py"):
+                    continue
+                if candidate in self._files and cut < len(parts):
+                    return candidate, ".".join(parts[cut:])
+        return None
+
+
+def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> dict[str, ProjectFacts]:
+    """Every module's facts from the modules' summaries (files without a summary were not analysed
+    yet: the prefilter ruled them out; they get facts when another module enters them)."""
+    roots = layout.roots
+    layout.methods = {}
+    for path in sorted(summaries):
+        for qualname in summaries[path].functions:
+            cls, _, method = qualname.rpartition(".")
+            if cls:
+                layout.methods.setdefault(method, []).append((path, qualname))
+    resolved: dict[str, list[tuple[CallEdge, str, str]]] = {}
+    for path, summary in summaries.items():
+        resolved[path] = []
+        for edge in summary.edges:
+            made = edge.target.endswith("()")
+            hit = layout.resolve(path, edge.target[:-2] if made else edge.target)
+            if hit is None or hit[0] == path:
+                continue
+            file, qualname = hit
+            if made:
+                qualname = summaries[file].factories.get(qualname, "") if file in summaries else ""
+                if not qualname:
+                    continue
+            target_summary = summaries.get(file)
+            if target_summary is not None:
+                qualname = _through_bases(layout, file, qualname, summaries)
+            resolved[path].append((edge, file, qualname))
+
+    # CUDA flows from a module that targets it into the modules it calls per step or hands a device to.
+    cuda = {path: summary.cuda for path, summary in summaries.items()}
+    changed = True
+    while changed:
+        changed = False
+        for path, edges in resolved.items():
+            if not cuda.get(path):
+                continue
+            for edge, file, _ in edges:
+                if (edge.per_step or edge.passes_device) and not cuda.get(file):
+                    cuda[file] = True
+                    changed = True
+
+    trains: dict[str, set[str]] = {}
+    loops: dict[str, set[str]] = {}
+    work: dict[str, set[str]] = {}
+    entered: dict[str, dict[str, str]] = {}
+    depends: dict[str, set[str]] = {}
+    kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
+    return_kinds: dict[str, dict[str, tuple[str, ...]]] = {}
+    classes: dict[str, dict[tuple[str, str], str]] = {}
+    for path in sorted(resolved):
+        for edge, file, qualname in resolved[path]:
+            depends.setdefault(path, set()).add(file)
+            target_facts = summaries[file].functions.get(qualname) if file in summaries else None
+            returned = summaries[file].returns.get(qualname) if file in summaries else None
+            if returned is not None:
+                return_kinds.setdefault(path, {})[edge.target] = returned
+            if target_facts is not None:
+                if target_facts.trains:
+                    trains.setdefault(path, set()).add(edge.target)
+                if target_facts.has_step_loop:
+                    loops.setdefault(path, set()).add(edge.target)
+                if target_facts.step_work:
+                    work.setdefault(path, set()).add(edge.target)
+            if edge.per_step is not None:
+                entered.setdefault(file, {}).setdefault(qualname, edge.per_step)
+            if edge.per_step is not None or edge.passes_device:
+                depends.setdefault(file, set()).add(path)  # its entries or its device come from here
+            params = target_facts.params if target_facts is not None else ()
+            for key, kind in edge.arguments:
+                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
+                kinds.setdefault(file, {}).setdefault((qualname, name), set()).add(kind)
+            for key, cls in edge.classes:
+                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
+                where = _absolute_class(layout, path, cls)
+                if where is not None:
+                    classes.setdefault(file, {}).setdefault((qualname, name), where)
+                    depends.setdefault(file, set()).add(path)
+    stepping = {
+        path for path, summary in summaries.items()
+        if any(f.trains or f.step_work for f in summary.functions.values())
+    }
+    facts = {}
+    for path in layout.paths:
+        imports_training = path not in summaries and any(
+            (hit := layout.resolve(path, module + ".*")) is not None and hit[0] in stepping
+            for module in layout.imported_modules(path)
+        )
+        facts[path] = ProjectFacts(
+            roots=roots,
+            trains=frozenset(trains.get(path, ())),
+            has_step_loop=frozenset(loops.get(path, ())),
+            step_work=frozenset(work.get(path, ())),
+            entered=tuple(sorted(entered.get(path, {}).items())),
+            cuda=bool(cuda.get(path)),
+            depends_on=tuple(sorted(depends.get(path, set()) - {path})),
+            imports_training=imports_training,
+            argument_kinds=tuple(
+                (qualname, param, kind) for (qualname, param), found in sorted(kinds.get(path, {}).items())
+                for kind in sorted(found)
+            ),
+            argument_classes=tuple((q, p, c) for (q, p), c in sorted(classes.get(path, {}).items())),
+            return_kinds=tuple(sorted(return_kinds.get(path, {}).items())),
+        )
+    return facts
+
+
+def _absolute_class(layout: ProjectLayout, caller: str, cls: str) -> str | None:
+    """"@file:Class" for a class named in `caller` ("models.Net" imported, "<local>.Net" its own)."""
+    if cls.startswith("@"):
+        return cls
+    if cls.startswith("<local>."):
+        return f"@{caller}:{cls[8:]}"
+    hit = layout.resolve(caller, cls + ".__init__")
+    if hit is None:
+        return None
+    file, qualname = hit
+    return f"@{file}:{qualname.rsplit('.', 1)[0]}"
+
+
+def _through_bases(layout: ProjectLayout, file: str, qualname: str, summaries: dict[str, ModuleSummary], depth: int = 0) -> str:
+    """`Net.forward` where Net inherits `forward` from a base class: the qualname that defines it
+    (in the same module; a base in another module keeps the name, which that module resolves)."""
+    summary = summaries[file]
+    if qualname in summary.functions or depth > 5:
+        return qualname
+    cls, _, method = qualname.rpartition(".")
+    if method == "forward" and f"{cls}.__call__" in summary.functions:
+        return f"{cls}.__call__"
+    for base in summary.class_bases.get(cls, ()):
+        if base in summary.class_bases:
+            found = _through_bases(layout, file, f"{base}.{method}", summaries, depth + 1)
+            if found in summary.functions:
+                return found
+    return qualname

@@ -1,0 +1,348 @@
+"""Project-wide analysis: the per-step model follows calls from one scanned module into another.
+
+Each case is a small project written to a temporary folder. Lines marked `# expect: CODE` must be
+reported, and nothing else may be; the same files scanned one at a time must keep the single-file
+behaviour where the case says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loopaudit.engine import ScanOptions, analyze_many
+from loopaudit.registry import all_rules
+
+from .conftest import run_cli
+
+OPTIONS = ScanOptions(rules=all_rules())
+_EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")
+
+
+def write_project(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+
+
+def expected(root: Path) -> set[tuple[str, int, str]]:
+    marks = set()
+    for path in sorted(root.rglob("*.py")):
+        for row, line in enumerate(path.read_text().splitlines(), 1):
+            match = _EXPECT.search(line)
+            if match:
+                marks.update((path.relative_to(root).as_posix(), row, code.strip()) for code in match.group(1).split(","))
+    return marks
+
+
+def scan(root: Path, jobs: int = 1):
+    items = [(str(p), p.relative_to(root).as_posix(), True, OPTIONS) for p in sorted(root.rglob("*.py"))]
+    return analyze_many(items, jobs).findings
+
+
+def found(findings) -> set[tuple[str, int, str]]:
+    return {(f.filename, f.location.row, f.code) for f in findings}
+
+
+PROJECTS = {
+    "the step in engine.py, the loop in train.py (device from the caller)": {
+        "train.py": """
+            import torch
+            from engine import train_step
+            device = torch.device("cuda")
+            model = torch.nn.Linear(4, 2).to(device)
+            for x, y in train_loader:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                train_step(model, optimizer, x, y)
+            """,
+        "engine.py": """
+            import torch.nn.functional as F
+
+            def train_step(model, optimizer, x, y):
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                print(loss.item())  # expect: LA101
+            """,
+    },
+    "a loop over a plain iterable is a step loop when the callee in another module trains": {
+        "train.py": """
+            import torch
+            import engine
+            model = Net().cuda()
+            for batch in stream:
+                loss = engine.train_step(model, batch)
+                print(loss.item())  # expect: LA101
+            """,
+        "engine.py": """
+            def train_step(model, batch):
+                loss = model(batch.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+                return loss
+            """,
+    },
+    "self.model(x) enters the forward of a class defined in another module": {
+        "trainer.py": """
+            import torch
+            from models import Net
+
+            class Trainer:
+                def __init__(self):
+                    self.model = Net().cuda()
+
+                def fit(self, loader):
+                    for x, y in loader:
+                        out = self.model(x.cuda(non_blocking=True))
+                        out.sum().backward()
+                        self.optimizer.step()
+            """,
+        "models.py": """
+            import torch
+
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    if x.max() > 1:  # expect: LA103
+                        x = x / x.max()
+                    return x
+            """,
+    },
+    "relative imports inside a package, and a helper module that never imports torch": {
+        "pkg/__init__.py": "",
+        "pkg/train.py": """
+            import torch
+            from .metrics import accuracy
+            model = Net().cuda()
+            for images, labels in train_loader:
+                out = model(images.cuda(non_blocking=True))
+                loss = criterion(out, labels.cuda(non_blocking=True))
+                loss.backward()
+                optimizer.step()
+                acc = accuracy(out, labels)
+            """,
+        "pkg/metrics.py": """
+            def accuracy(output, target):
+                pred = output.argmax(1)
+                return pred.eq(target).sum().item()  # expect: LA101
+            """,
+    },
+    "a call that is not per step does not make the callee per step": {
+        "train.py": """
+            import torch
+            import report
+            model = Net().cuda()
+            for x, y in train_loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+            report.summarize(loss)
+            """,
+        "report.py": """
+            import torch
+
+            def summarize(loss):
+                print(loss.item())
+            """,
+    },
+    "two projects in one scan: each utils.py is the one beside its caller": {
+        "a/train.py": """
+            import torch
+            import utils
+            model = Net().cuda()
+            for x, y in train_loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+                utils.log(loss)
+            """,
+        "a/utils.py": """
+            def log(loss):
+                print(loss.item())  # expect: LA101
+
+            def show(loss):
+                print(loss.item())
+            """,
+        "b/train.py": """
+            import torch
+            import utils
+            model = Net().cuda()
+            for x, y in train_loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+                utils.show(loss)
+            """,
+        "b/utils.py": """
+            def log(loss):
+                print(loss.item())
+
+            def show(loss):
+                print(loss.item())  # expect: LA101
+            """,
+    },
+    "the function another module's factory returns is the step (BigGAN's GAN_training_function)": {
+        "train.py": """
+            import torch
+            import train_fns
+            model = Net().cuda()
+            train = train_fns.make_train(model, optimizer)
+            for x, y in stream:
+                x = x.cuda(non_blocking=True)
+                metrics = train(x, y)
+            """,
+        "train_fns.py": """
+            def make_train(model, optimizer):
+                def train(x, y):
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    return {"loss": float(loss.item())}  # expect: LA101
+                return train
+            """,
+    },
+    "what a project function returns: its host tensors stay host tensors (YOLOv3's compute_loss)": {
+        "train.py": """
+            import torch
+            from loss import compute_loss
+            model = Net().cuda()
+            for imgs, targets in train_loader:
+                imgs = imgs.cuda(non_blocking=True)
+                loss, parts = compute_loss(model(imgs), targets)
+                loss.backward()
+                optimizer.step()
+                print(float(parts[0]))
+                print(float(loss))  # expect: LA103
+            """,
+        "loss.py": """
+            import torch
+
+            def to_cpu(tensor):
+                return tensor.detach().cpu()  # expect: LA102
+
+            def compute_loss(outputs, targets):
+                loss = outputs.sum()
+                return loss, to_cpu(torch.stack([loss, loss]))
+            """,
+    },
+    "an object handed to another module keeps its class, through DistributedDataParallel (DeiT, MoCo)": {
+        "main.py": """
+            import torch
+            from models import Net
+            from engine import train_one_epoch
+            model = Net().cuda()
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
+            for epoch in range(10):
+                train_one_epoch(model, train_loader, optimizer)
+            """,
+        "engine.py": """
+            def train_one_epoch(model, loader, optimizer):
+                for x, y in loader:
+                    loss = model(x.cuda(non_blocking=True)).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        "models.py": """
+            import torch
+
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("ptr", torch.zeros(1, dtype=torch.long))
+
+                def forward(self, x):
+                    ptr = int(self.ptr)  # expect: LA103
+                    return x * ptr
+            """,
+    },
+    "a method that only one class of the project defines, called on an object of unknown type": {
+        "train.py": """
+            import torch
+            from hub import build
+            model = build("tacotron")
+            for batch in train_loader:
+                x, y = model.parse_batch(batch)
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            """,
+        "model.py": """
+            import torch
+
+            class Tacotron(torch.nn.Module):
+                def parse_batch(self, batch):
+                    text, lengths = batch
+                    max_len = torch.max(lengths.cuda(non_blocking=True)).item()  # expect: LA101
+                    return text.cuda(non_blocking=True), lengths
+            """,
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROJECTS))
+def test_project(tmp_path, name):
+    write_project(tmp_path, PROJECTS[name])
+    assert found(scan(tmp_path)) == expected(tmp_path)
+
+
+def test_a_callee_scanned_alone_keeps_the_single_file_behaviour(tmp_path):
+    write_project(tmp_path, PROJECTS["the step in engine.py, the loop in train.py (device from the caller)"])
+    alone = analyze_many([(str(tmp_path / "engine.py"), "engine.py", True, OPTIONS)], 1).findings
+    assert alone == []  # engine.py shows no sign of CUDA and no loop of its own
+
+
+def test_the_finding_says_how_the_callee_is_reached(tmp_path):
+    write_project(tmp_path, PROJECTS["the step in engine.py, the loop in train.py (device from the caller)"])
+    (finding,) = scan(tmp_path)
+    assert finding.context == "step loop `for x, y in train_loader` (train.py:5) → `train_step()` (train.py:7)"
+
+
+def test_results_do_not_depend_on_the_number_of_workers(tmp_path):
+    # 16 files or more are analysed in worker processes.
+    files = dict(PROJECTS["two projects in one scan: each utils.py is the one beside its caller"])
+    files.update({f"filler/m{i}.py": f"import torch\nx{i} = torch.zeros({i})\n" for i in range(14)})
+    write_project(tmp_path, files)
+    one, two = scan(tmp_path, jobs=1), scan(tmp_path, jobs=2)
+    assert [f.to_json() for f in one] == [f.to_json() for f in two]
+    assert found(one) == expected(tmp_path)
+
+
+def test_command_line_scan_of_a_folder_follows_imports(tmp_path):
+    write_project(tmp_path, PROJECTS["relative imports inside a package, and a helper module that never imports torch"])
+    result = run_cli("scan", str(tmp_path), "--output-format", "json")
+    assert result.returncode == 1, result.err
+    reported = json.loads(result.out)
+    metrics = [f for f in reported if f["filename"].endswith("metrics.py")]
+    assert [(f["code"], f["location"]["row"]) for f in metrics] == [("LA101", 3)]
+    assert "train.py:9" in metrics[0]["context"] and "`accuracy()`" in metrics[0]["context"]
+
+
+def test_fix_in_a_callee_uses_what_the_caller_said(tmp_path):
+    write_project(tmp_path, {
+        "train.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from engine import train_epoch
+            loader = DataLoader(dataset, batch_size=32, pin_memory=True)
+            model = Net().cuda()
+            for epoch in range(10):
+                train_epoch(model, loader, "cuda")
+            """,
+        "engine.py": """
+            def train_epoch(model, loader, device):
+                for x, y in loader:
+                    x = x.to(device)
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    before = run_cli("scan", str(tmp_path), "--output-format", "concise", "--select", "LA202")
+    assert "engine.py:3:" in before.out and "LA202" in before.out
+    fixed = run_cli("scan", str(tmp_path), "--fix", "--select", "LA202")
+    assert fixed.returncode == 0, fixed.out + fixed.err
+    assert "x = x.to(device, non_blocking=True)" in (tmp_path / "engine.py").read_text()
