@@ -15,7 +15,7 @@ import stat
 import sys
 import tokenize
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -24,6 +24,7 @@ from .context import RuleContext
 from .device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .module_index import build_index
+from .origins import LineMarks, LineResolver
 from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, derive_facts, summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Report, Rule
@@ -73,7 +74,7 @@ def analyze_file(
         return FileAnalysis(
             _file_problem(UNREADABLE_FILE, display_name, options, f"cannot read the file: {error.strerror or error}")
         )
-    return _analyze_bytes(data, display_name, options, explicit, facts)
+    return _analyze_bytes(data, display_name, options, explicit, facts, path)
 
 
 def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, explicit: bool) -> list[Finding]:
@@ -81,7 +82,7 @@ def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, expli
 
 
 def _analyze_bytes(
-    data: bytes, display_name: str, options: ScanOptions, explicit: bool, facts: ProjectFacts | None
+    data: bytes, display_name: str, options: ScanOptions, explicit: bool, facts: ProjectFacts | None, path: str | None = None
 ) -> FileAnalysis:
     if b"\0" in data:
         problem = "binary file (it contains NUL bytes), not Python source"
@@ -98,7 +99,7 @@ def _analyze_bytes(
     except UnicodeDecodeError as error:
         problem = f"not {error.encoding} text (byte {error.start} cannot be decoded)"
         return FileAnalysis(_file_problem(UNREADABLE_FILE, display_name, options, problem))
-    return analyze_source(text, display_name, options, explicit=explicit, facts=facts)
+    return analyze_source(text, display_name, options, explicit=explicit, facts=facts, path=path)
 
 
 def passes_prefilter(text: str, options: ScanOptions) -> bool:
@@ -119,8 +120,15 @@ def analyze_text(
 
 
 def analyze_source(
-    text: str, display_name: str, options: ScanOptions, *, explicit: bool = True, facts: ProjectFacts | None = None
+    text: str,
+    display_name: str,
+    options: ScanOptions,
+    *,
+    explicit: bool = True,
+    facts: ProjectFacts | None = None,
+    path: str | None = None,
 ) -> FileAnalysis:
+    """`path`: where the text was read from, for the line numbers of what the summary says (origins.py)."""
     source_rules = [rule for rule in options.rules if rule.node_types]
     # A module other modules enter once per step, or hand their CUDA device, is analysed whatever it
     # looks like: its step loop, its torch import or its device may be in the caller.
@@ -136,7 +144,7 @@ def analyze_source(
     if not source_rules or ("torch" not in text and facts is None):
         return FileAnalysis([])
     try:
-        return _apply_rules(module, text, display_name, source_rules, options, facts)
+        return _apply_rules(module, text, display_name, source_rules, options, facts, path)
     except RecursionError:
         message = "the file nests too deeply to analyse (an expression or block thousands of levels deep)"
         return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message))
@@ -166,6 +174,7 @@ def _apply_rules(
     rules: Sequence[type[Rule]],
     options: ScanOptions,
     facts: ProjectFacts | None,
+    path: str | None = None,
 ) -> FileAnalysis:
     # A list, not a set: the order in which questions are asked must not depend on the hash seed.
     site_types = tuple(dict.fromkeys(node_type for rule in rules for node_type in rule.node_types))
@@ -178,7 +187,8 @@ def _apply_rules(
     summary = None
     if facts is not None:
         own_cuda = targets_cuda(index, steps)
-        summary = summarize(index, steps, tensors, own_cuda, positions.describe_call)
+        marks = LineMarks(index, os.path.abspath(path or display_name))
+        summary = summarize(index, steps, tensors, own_cuda, _call_describer(module, display_name, marks.line_of))
         if not (facts.entered or facts.cuda) and not index.imports.imports_module("torch"):
             return FileAnalysis([], summary)  # nothing hands this module tensors
     ctx = RuleContext(index, steps, tensors)
@@ -218,12 +228,20 @@ class _Positions:
             self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
         return self._positions[node]
 
-    def describe_call(self, reason: StepReason, call: cst.Call) -> str:
-        """Why `call` runs once per step, for the module it enters: "step loop `for x in loader`
-        (main.py:120) → `engine.step()` (main.py:124)"."""
-        where = _describe(reason, self, self.module, self.display_name)
-        callee = " ".join(self.module.code_for_node(call.func).split())
-        return f"{where} → `{callee}()` ({self.display_name}:{self[call].start.line})"
+    def line_of(self, node: cst.CSTNode) -> int:
+        return self[node].start.line
+
+
+def _call_describer(module: cst.Module, display_name: str, line_of):
+    """Why a call runs once per step, for the module it enters: "step loop `for x in loader`
+    (main.py:120) → `engine.step()` (main.py:124)", with the lines as marks (origins.py)."""
+
+    def describe(reason: StepReason, call: cst.Call) -> str:
+        where = _describe(reason, line_of, module, display_name)
+        callee = " ".join(module.code_for_node(call.func).split())
+        return f"{where} → `{callee}()` ({display_name}:{line_of(call)})"
+
+    return describe
 
 
 def _line_starts(text: str) -> list[int]:
@@ -276,7 +294,7 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
             filename=display_name,
             location=Location(row, span.start.column + 1),
             end_location=Location(span.end.line, span.end.column + 1),
-            context=_describe(reason, positions, module) if reason else None,
+            context=_describe(reason, positions.line_of, module) if reason else None,
             suggestion=rule_class.suggestion,
             source_line=lines[row - 1] if row - 1 < len(lines) else None,
             url=rule_url(rule_class.code, rule_class.name),
@@ -285,12 +303,12 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
     return sorted(findings.values(), key=Finding.sort_key)
 
 
-def _describe(reason: StepReason, positions, module: cst.Module, file: str | None = None) -> str:
+def _describe(reason: StepReason, line_of, module: cst.Module, file: str | None = None) -> str:
     """Why a line runs per step. `file` names the module when the text is read in another one."""
     if reason.kind == "external":
         where = reason.origin or "called once per step from another module"
     else:
-        line = positions[reason.node].start.line
+        line = line_of(reason.node)
         at = f"{file}:{line}" if file else f"line {line}"
         if reason.kind == "hook":
             where = f"step hook `{reason.hook}` ({at})"
@@ -363,24 +381,40 @@ def analyze_many(items: Iterable[Item], jobs: int) -> ScanResult:
     Several files are one project (project.py): each is analysed, then analysed again with what the
     others say about it, until nothing changes. A single file is analysed alone."""
     work = list(items)
+    path_of = [os.path.abspath(item[0]) for item in work]
     with _Workers(jobs if len(work) >= 16 else 1) as workers:
-        if len(work) < 2:
-            outcomes = workers.run([(*item, None) for item in work])
-            return _total(outcomes, {})
-        layout = ProjectLayout(path for path, *_ in work)
-        key = {item[0]: os.path.abspath(item[0]) for item in work}
-        facts = {key[item[0]]: ProjectFacts(roots=layout.roots) for item in work}
-        outcomes = workers.run([(*item, facts[key[item[0]]]) for item in work])
+        # The project: the scanned files outside any library's own sources (project.py).
+        scanned = ProjectLayout(path_of)
+        project = [i for i in range(len(work)) if not scanned.is_library(path_of[i])]
+        if len(project) < 2:
+            return _total(workers.run([(*item, None) for item in work]), {})
+        layout = ProjectLayout(path_of[i] for i in project)
+        facts = {path_of[i]: ProjectFacts(roots=layout.roots) for i in project}
+        outcomes = workers.run([(*item, facts.get(path_of[i])) for i, item in enumerate(work)])
         for _ in range(MAX_ROUNDS):
-            summaries = {key[item[0]]: outcome[2] for item, outcome in zip(work, outcomes) if outcome[2] is not None}
-            new = derive_facts(layout, summaries)
-            changed = [i for i, item in enumerate(work) if new[key[item[0]]] != facts[key[item[0]]]]
+            summaries = {path_of[i]: outcomes[i][2] for i in project if outcomes[i][2] is not None}
+            derived = derive_facts(layout, summaries)
+            new = {path: facts[path].grown(derived[path]) for path in facts}
+            changed = [i for i in project if new[path_of[i]].analysis_key() != facts[path_of[i]].analysis_key()]
             facts = new
             if not changed:
                 break
-            for i, outcome in zip(changed, workers.run([(*work[i], facts[key[work[i][0]]]) for i in changed])):
+            for i, outcome in zip(changed, workers.run([(*work[i], facts[path_of[i]]) for i in changed])):
                 outcomes[i] = outcome
-    return _total(outcomes, {item[1]: facts[key[item[0]]] for item in work})
+    return _with_lines(_total(outcomes, {work[i][1]: facts[path_of[i]] for i in project}))
+
+
+def _with_lines(result: ScanResult) -> ScanResult:
+    """Fill in the line numbers the findings show of how their lines are reached (origins.py), and in
+    the facts of the files with findings, which a fix pass analyses again."""
+    resolve = LineResolver()
+    result.findings = [replace(f, context=resolve(f.context)) if f.context and "⟦" in f.context else f for f in result.findings]
+    with_findings = {f.filename for f in result.findings}
+    for name in with_findings & set(result.facts):
+        facts = result.facts[name]
+        if facts.entered:
+            result.facts[name] = replace(facts, entered=tuple((q, resolve(origin)) for q, origin in facts.entered))
+    return result
 
 
 # What one file's analysis sends back: its findings, internal errors, and its project summary.

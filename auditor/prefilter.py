@@ -28,7 +28,9 @@ _STEP_HINT = re.compile(
     re.M,
 )
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
-_FOR_LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?for\b", re.M)
+# `pbar = tqdm(loaders[0])`: a name bound to something wrapping a variable named like a data loader
+# (`loaders`, `train_loader`, `dataloader`; not an import machinery's `spec.loader`).
+_BOUND_TO_LOADER = re.compile(r"^[ \t]*(\w+)[ \t]*=[^=\n][^\n]*(?<![.\w])(?:\w+_|data|train|val|test)?loaders?\b", re.M)
 _BATCH_SOURCE = re.compile(r"[lL]oader|get_batch|next_batch|fetch_batch|data_?iter|prefetcher")
 # Everything device.py accepts as a sign of CUDA must pass here too.
 _CUDA_HINT = re.compile(
@@ -55,8 +57,11 @@ def may_contain_findings(
         return True
     if _STEP_HINT.search(text) is not None:
         return True
-    # A loop over a name bound to a loader elsewhere in the file (`pbar = tqdm(loaders[0])` ...
-    # `for x, y in pbar:`), or a `while True:` that fetches batches.
-    if _BATCH_SOURCE.search(text) is None:
-        return False
-    return _WHILE_TRUE.search(text) is not None or _FOR_LOOP.search(text) is not None
+    # A `while True:` that fetches batches, or a loop over a name bound to a loader elsewhere in the
+    # file (`pbar = tqdm(loaders[0])` ... `for x, y in pbar:`).
+    if _WHILE_TRUE.search(text) is not None and _BATCH_SOURCE.search(text) is not None:
+        return True
+    return any(
+        re.search(rf"^[ \t]*for\b[^\n]*\bin\b[^\n]*\b{re.escape(match.group(1))}\b", text, re.M)
+        for match in _BOUND_TO_LOADER.finditer(text)
+    )

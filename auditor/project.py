@@ -17,6 +17,7 @@ the importing file's package.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
     from .tensors import TensorInference
 
 MAX_ROUNDS = 6  # each round settles one more link of a cross-module call chain
+# A function is per-step when a per-step line calls it from at most this many modules away: training
+# code reaches its step through a few of its own modules (train.py -> engine.py -> utils.py), while
+# following every call on into a library scanned with it would mark the whole library per-step.
+MAX_HOPS = 3
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,39 @@ class ProjectFacts:
     # The prefilter ruled the module out, but it imports a module whose functions train or do a
     # step's work: its loop may be a step loop through them, so it is parsed after all.
     imports_training: bool = False
+    # It targets CUDA (itself or through a caller) and runs code per step (its own loop or hook, or
+    # entered from elsewhere): the only kind of module whose findings values and CUDA can change.
+    active: bool = False
+
+    def analysis_key(self) -> tuple:
+        """What the module's analysis depends on: facts equal in this key give the same findings and
+        summary, so the module need not be analysed again. Outside an active module only the facts
+        about steps matter (CUDA and values change no finding there, and no summary)."""
+        steps = (self.trains, self.has_step_loop, self.step_work, self.entered, self.imports_training, self.active)
+        if not self.active:
+            return steps
+        return (*steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds)
     depends_on: tuple[str, ...] = ()  # the files these facts were derived from
+
+    def grown(self, newer: ProjectFacts) -> ProjectFacts:
+        """These facts joined with a later round's: facts only grow from round to round, so the rounds
+        settle instead of swinging between two answers (return kinds, refined, take the later word)."""
+        return ProjectFacts(
+            roots=newer.roots,
+            trains=self.trains | newer.trains,
+            has_step_loop=self.has_step_loop | newer.has_step_loop,
+            step_work=self.step_work | newer.step_work,
+            entered=tuple(sorted({**dict(newer.entered), **dict(self.entered)}.items())),
+            cuda=self.cuda or newer.cuda,
+            depends_on=tuple(sorted(set(self.depends_on) | set(newer.depends_on))),
+            argument_kinds=tuple(sorted(set(self.argument_kinds) | set(newer.argument_kinds))),
+            argument_classes=tuple(sorted(
+                (q, p, c) for (q, p), c in {(q, p): c for q, p, c in (*newer.argument_classes, *self.argument_classes)}.items()
+            )),
+            return_kinds=tuple(sorted({**dict(self.return_kinds), **dict(newer.return_kinds)}.items())),
+            imports_training=self.imports_training or newer.imports_training,
+            active=self.active or newer.active,
+        )
 
     def reaches_project(self, target: str) -> bool:
         # ".x" relative, "@file:Class.m" a class a caller handed in, "*.m" a method of an untyped object
@@ -91,6 +128,7 @@ class ModuleSummary:
     # qualname -> (whole, element 0, ...) Kind values of what it returns, where something is known
     returns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     factories: dict[str, str] = field(default_factory=dict)  # qualname -> "qualname.inner", the function it returns
+    has_step_code: bool = False  # a step loop or a step hook of its own
 
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
@@ -136,7 +174,10 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             if cls is not None:
                 classes.append((key, cls))
         edges.append(CallEdge(target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes)))
-    return ModuleSummary(functions, bases, tuple(edges), cuda, returns, factories)
+    has_step_code = any(steps.is_step_loop(loop) for loop in index.loops) or any(
+        steps.hook_name(function) is not None for function in index.functions
+    )
+    return ModuleSummary(functions, bases, tuple(edges), cuda, returns, factories, has_step_code)
 
 
 def _function_facts(steps: StepModel, function) -> FunctionFacts:
@@ -172,6 +213,17 @@ def _passes_device(call: cst.Call) -> bool:
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([\w.]+))", re.M)
 
 
+_LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b", re.M)
+
+
+# Packages that are libraries wherever their sources sit: a call into them is never into the project.
+LIBRARIES = frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "transformers", "diffusers",
+    "timm", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "datasets", "peft", "trl",
+    "deepspeed", "apex", "ignite", "torch_geometric", "dgl", "jax", "tensorflow", "sklearn", "pandas",
+})
+
+
 class ProjectLayout:
     """Which file each module name of the scan stands for."""
 
@@ -179,7 +231,7 @@ class ProjectLayout:
         self.paths = sorted({os.path.abspath(p) for p in paths})
         self._by_name: dict[str, list[str]] = {}
         self._files = set(self.paths)
-        self._imports: dict[str, list[str]] = {}
+        self._texts: dict[str, tuple[list[str], bool]] = {}
         # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
         self.methods: dict[str, list[tuple[str, str]]] = {}
         if not self.paths:
@@ -197,6 +249,13 @@ class ProjectLayout:
             for name in self.module_names(path):
                 self._by_name.setdefault(name, []).append(path)
 
+    def is_library(self, path: str) -> bool:
+        """Is the file part of a library's own sources (`torch/_inductor/ir.py` in a scan of
+        site-packages/torch)? It is analysed as a file of its own: a library's internals are not
+        the steps of a project, and following them would only cost time."""
+        names = self.module_names(path)
+        return bool(names) and names[0].split(".", 1)[0] in LIBRARIES  # the longest name comes first
+
     def module_names(self, path: str) -> list[str]:
         """`root/a/b/c.py` may be imported as `c`, `b.c` or `a.b.c` (whichever folder is on sys.path)."""
         parts = os.path.relpath(path, self.root).split(os.sep)
@@ -207,24 +266,35 @@ class ProjectLayout:
 
     def imported_modules(self, path: str) -> list[str]:
         """The modules a file imports, read from its text (for files that were not parsed)."""
-        cached = self._imports.get(path)
+        return self._read(path)[0]
+
+    def loops(self, path: str) -> bool:
+        """Does the file's text have a `for` or `while` loop?"""
+        return self._read(path)[1]
+
+    def _read(self, path: str) -> tuple[list[str], bool]:
+        cached = self._texts.get(path)
         if cached is None:
             try:
                 with open(path, encoding="utf-8", errors="replace") as stream:
                     text = stream.read()
             except OSError:
                 text = ""
-            cached = self._imports[path] = [
-                match.group(1) or match.group(2) for match in _IMPORT.finditer(text)
-            ]
+            modules = [match.group(1) or match.group(2) for match in _IMPORT.finditer(text)]
+            cached = self._texts[path] = (modules, _LOOP.search(text) is not None)
         return cached
 
-    @property
+    @functools.cached_property
     def roots(self) -> frozenset[str]:
-        return frozenset(name.split(".", 1)[0] for name in self._by_name)
+        """First parts of the module names a call may enter. A library scanned together with its
+        users (torch's own sources, whose tests call into torch) stays a library: its internals are
+        not the project's steps."""
+        return frozenset(name.split(".", 1)[0] for name in self._by_name) - LIBRARIES
 
     def resolve(self, importer: str, target: str) -> tuple[str, str] | None:
         """(file, qualname in it) for a call target, or None when it is not in the project."""
+        if target.split(".", 1)[0] in LIBRARIES:
+            return None
         if target.startswith("@"):
             file, _, qualname = target[1:].rpartition(":")
             return (file, qualname) if file in self._files else None
@@ -261,32 +331,109 @@ class ProjectLayout:
 def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> dict[str, ProjectFacts]:
     """Every module's facts from the modules' summaries (files without a summary were not analysed
     yet: the prefilter ruled them out; they get facts when another module enters them)."""
-    roots = layout.roots
     layout.methods = {}
     for path in sorted(summaries):
         for qualname in summaries[path].functions:
             cls, _, method = qualname.rpartition(".")
             if cls:
                 layout.methods.setdefault(method, []).append((path, qualname))
-    resolved: dict[str, list[tuple[CallEdge, str, str]]] = {}
-    for path, summary in summaries.items():
-        resolved[path] = []
-        for edge in summary.edges:
-            made = edge.target.endswith("()")
-            hit = layout.resolve(path, edge.target[:-2] if made else edge.target)
-            if hit is None or hit[0] == path:
-                continue
-            file, qualname = hit
-            if made:
-                qualname = summaries[file].factories.get(qualname, "") if file in summaries else ""
-                if not qualname:
-                    continue
-            target_summary = summaries.get(file)
-            if target_summary is not None:
-                qualname = _through_bases(layout, file, qualname, summaries)
-            resolved[path].append((edge, file, qualname))
+    resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
+    cuda = _cuda_closure(resolved, summaries)
 
-    # CUDA flows from a module that targets it into the modules it calls per step or hands a device to.
+    # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
+    trains: dict[str, set[str]] = {}
+    loops: dict[str, set[str]] = {}
+    work: dict[str, set[str]] = {}
+    entered: dict[str, dict[str, str]] = {}
+    depends: dict[str, set[str]] = {}
+    for path, edges in resolved.items():
+        for edge, file, qualname in edges:
+            target = summaries[file].functions.get(qualname) if file in summaries else None
+            if target is not None:
+                for known, found in ((trains, target.trains), (loops, target.has_step_loop), (work, target.step_work)):
+                    if found:
+                        known.setdefault(path, set()).add(edge.target)
+                        depends.setdefault(path, set()).add(file)
+            if edge.per_step is not None and edge.per_step.count(" → ") <= MAX_HOPS:
+                entered.setdefault(file, {}).setdefault(qualname, edge.per_step)
+                depends.setdefault(file, set()).add(path)
+            elif edge.passes_device and cuda.get(path):
+                depends.setdefault(file, set()).add(path)
+
+    # Values (argument and return kinds, classes) only matter where a finding can be: in a module
+    # that targets CUDA and runs code per step. Elsewhere they would only stir more rounds.
+    # A module the prefilter ruled out counts as active once CUDA reaches it: it is analysed then, and
+    # its summary says whether it has step code.
+    active = {
+        path for path in layout.paths
+        if cuda.get(path) and (path in entered or path not in summaries or summaries[path].has_step_code)
+    }
+    kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
+    classes: dict[str, dict[tuple[str, str], str]] = {}
+    returns: dict[str, dict[str, tuple[str, ...]]] = {}
+    for path, edges in resolved.items():
+        for edge, file, qualname in edges:
+            summary = summaries.get(file)
+            if path in active and summary is not None and qualname in summary.returns:
+                returns.setdefault(path, {})[edge.target] = summary.returns[qualname]
+                depends.setdefault(path, set()).add(file)
+            if file not in active:
+                continue
+            target = summary.functions.get(qualname) if summary is not None else None
+            params = target.params if target is not None else ()
+            for key, kind in edge.arguments:
+                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
+                kinds.setdefault(file, {}).setdefault((qualname, name), set()).add(kind)
+                depends.setdefault(file, set()).add(path)
+            for key, cls in edge.classes:
+                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
+                where = _absolute_class(layout, path, cls)
+                if where is not None:
+                    classes.setdefault(file, {}).setdefault((qualname, name), where)
+                    depends.setdefault(file, set()).add(path)
+
+    training = {path for path, summary in summaries.items() if any(f.trains for f in summary.functions.values())}
+    facts = {}
+    for path in layout.paths:
+        facts[path] = ProjectFacts(
+            roots=layout.roots,
+            trains=frozenset(trains.get(path, ())),
+            has_step_loop=frozenset(loops.get(path, ())),
+            step_work=frozenset(work.get(path, ())),
+            entered=tuple(sorted(entered.get(path, {}).items())),
+            cuda=bool(cuda.get(path)),
+            depends_on=tuple(sorted(depends.get(path, set()) - {path})),
+            imports_training=path not in summaries and _imports_training(layout, path, training),
+            argument_kinds=tuple(
+                (qualname, param, kind) for (qualname, param), found in sorted(kinds.get(path, {}).items())
+                for kind in sorted(found)
+            ),
+            argument_classes=tuple((q, p, c) for (q, p), c in sorted(classes.get(path, {}).items())),
+            return_kinds=tuple(sorted(returns.get(path, {}).items())),
+            active=path in active,
+        )
+    return facts
+
+
+def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, ModuleSummary]):
+    """(edge, file, qualname) for each call of `path` that enters another scanned module."""
+    for edge in summaries[path].edges:
+        made = edge.target.endswith("()")
+        hit = layout.resolve(path, edge.target[:-2] if made else edge.target)
+        if hit is None or hit[0] == path:
+            continue
+        file, qualname = hit
+        if made:
+            qualname = summaries[file].factories.get(qualname, "") if file in summaries else ""
+            if not qualname:
+                continue
+        if file in summaries:
+            qualname = _through_bases(layout, file, qualname, summaries)
+        yield edge, file, qualname
+
+
+def _cuda_closure(resolved, summaries: dict[str, ModuleSummary]) -> dict[str, bool]:
+    """CUDA flows from a module that targets it into the modules it calls per step or hands a device to."""
     cuda = {path: summary.cuda for path, summary in summaries.items()}
     changed = True
     while changed:
@@ -298,70 +445,16 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                 if (edge.per_step or edge.passes_device) and not cuda.get(file):
                     cuda[file] = True
                     changed = True
+    return cuda
 
-    trains: dict[str, set[str]] = {}
-    loops: dict[str, set[str]] = {}
-    work: dict[str, set[str]] = {}
-    entered: dict[str, dict[str, str]] = {}
-    depends: dict[str, set[str]] = {}
-    kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
-    return_kinds: dict[str, dict[str, tuple[str, ...]]] = {}
-    classes: dict[str, dict[tuple[str, str], str]] = {}
-    for path in sorted(resolved):
-        for edge, file, qualname in resolved[path]:
-            depends.setdefault(path, set()).add(file)
-            target_facts = summaries[file].functions.get(qualname) if file in summaries else None
-            returned = summaries[file].returns.get(qualname) if file in summaries else None
-            if returned is not None:
-                return_kinds.setdefault(path, {})[edge.target] = returned
-            if target_facts is not None:
-                if target_facts.trains:
-                    trains.setdefault(path, set()).add(edge.target)
-                if target_facts.has_step_loop:
-                    loops.setdefault(path, set()).add(edge.target)
-                if target_facts.step_work:
-                    work.setdefault(path, set()).add(edge.target)
-            if edge.per_step is not None:
-                entered.setdefault(file, {}).setdefault(qualname, edge.per_step)
-            if edge.per_step is not None or edge.passes_device:
-                depends.setdefault(file, set()).add(path)  # its entries or its device come from here
-            params = target_facts.params if target_facts is not None else ()
-            for key, kind in edge.arguments:
-                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
-                kinds.setdefault(file, {}).setdefault((qualname, name), set()).add(kind)
-            for key, cls in edge.classes:
-                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
-                where = _absolute_class(layout, path, cls)
-                if where is not None:
-                    classes.setdefault(file, {}).setdefault((qualname, name), where)
-                    depends.setdefault(file, set()).add(path)
-    stepping = {
-        path for path, summary in summaries.items()
-        if any(f.trains or f.step_work for f in summary.functions.values())
-    }
-    facts = {}
-    for path in layout.paths:
-        imports_training = path not in summaries and any(
-            (hit := layout.resolve(path, module + ".*")) is not None and hit[0] in stepping
-            for module in layout.imported_modules(path)
-        )
-        facts[path] = ProjectFacts(
-            roots=roots,
-            trains=frozenset(trains.get(path, ())),
-            has_step_loop=frozenset(loops.get(path, ())),
-            step_work=frozenset(work.get(path, ())),
-            entered=tuple(sorted(entered.get(path, {}).items())),
-            cuda=bool(cuda.get(path)),
-            depends_on=tuple(sorted(depends.get(path, set()) - {path})),
-            imports_training=imports_training,
-            argument_kinds=tuple(
-                (qualname, param, kind) for (qualname, param), found in sorted(kinds.get(path, {}).items())
-                for kind in sorted(found)
-            ),
-            argument_classes=tuple((q, p, c) for (q, p), c in sorted(classes.get(path, {}).items())),
-            return_kinds=tuple(sorted(return_kinds.get(path, {}).items())),
-        )
-    return facts
+
+def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> bool:
+    """A file the prefilter ruled out that loops and imports a module whose functions train: its
+    loop may be a step loop through them (`for batch in stream: engine.train_step(batch)`)."""
+    modules = layout.imported_modules(path)
+    if not modules or not layout.loops(path):
+        return False
+    return any((hit := layout.resolve(path, module + ".*")) is not None and hit[0] in training for module in modules)
 
 
 def _absolute_class(layout: ProjectLayout, caller: str, cls: str) -> str | None:

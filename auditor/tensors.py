@@ -193,7 +193,7 @@ class TensorInference:
             self._busy.discard(key)
             self._provisional.pop(key, None)
         if name in owner.params:  # a parameter, possibly also reassigned: `x = x * 2` in forward
-            kinds.append(self._parameter_kind(name, owner))
+            kinds.append(self._parameter_kind(name, owner, depth))
         merged = _merge(kinds)
         # A tensor-like name (`pred`, `loss`) is taken at its word, except as the element of an iterable
         # we know nothing about: `for pred, gt in zip(preds_str, labels)` walks decoded strings.
@@ -205,7 +205,7 @@ class TensorInference:
             return Kind.TENSOR
         return merged
 
-    def _parameter_kind(self, name: str, scope: Scope) -> Kind:
+    def _parameter_kind(self, name: str, scope: Scope, depth: int = 0) -> Kind:
         """Parameters the framework fills with device tensors: an nn.Module's `forward(self, x)` inputs,
         and the batch of a step hook (`training_step(self, batch, batch_idx)`, `compute_loss(self,
         model, inputs)`). Parameters with defaults, or annotated or named like flags, stay unknown."""
@@ -220,7 +220,7 @@ class TensorInference:
             # ignite hands its process function the loader's batch as it is: the function moves it.
             return Kind.HOST_TENSOR if hook.startswith("ignite") else Kind.TENSOR
         if owner is None or function.name.value != "forward" or not self.steps.is_torch_module(owner):
-            return self._argument_kind(name, info) if info is not None else Kind.UNKNOWN
+            return self._argument_kind(name, info, depth) if info is not None else Kind.UNKNOWN
         for param in (*function.params.posonly_params, *function.params.params):
             if param.name.value != name:
                 continue
@@ -231,11 +231,14 @@ class TensorInference:
                 return Kind.TENSOR
         return Kind.UNKNOWN
 
-    def _argument_kind(self, name: str, function) -> Kind:
+    def _argument_kind(self, name: str, function, depth: int = 0) -> Kind:
         """What the call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor. The
         module's own call sites, and those of other modules of the project (project.py)."""
+        # Following a parameter to its arguments costs at least half the depth left: chains of calls
+        # through parameters and return values stay short.
+        depth = max(depth, 6) + 2
         kinds = [
-            self.kind(argument, scope, 6) if argument is not None else Kind.UNKNOWN
+            self.kind(argument, scope, depth) if argument is not None else Kind.UNKNOWN
             for argument, scope in self.arguments_for(name, function)
         ]
         facts = self.steps.facts
@@ -365,7 +368,7 @@ class TensorInference:
         receiver = self.kind(expr.value, scope, depth)
         if receiver is Kind.HOST_TENSOR:
             return Kind.HOST_TENSOR  # a field of a batch still on the host: torchtext's `batch.src`
-        if receiver is Kind.TENSOR and attr not in _COUNT_ATTRIBUTES:
+        if receiver is Kind.TENSOR and attr not in _COUNT_ATTRIBUTES and not attr.startswith(("is_", "has_", "num_")):
             # A field of a batch object moved to the device (`batch = batch.to(device)`; PyG's
             # `batch.batch`, `batch.y`): the move took its tensors along.
             return Kind.TENSOR
@@ -449,7 +452,7 @@ class TensorInference:
                 return None
             self._busy.add(key)
             try:
-                results.append(self.function_returns(function, depth))
+                results.append(self.function_returns(function, depth + 2))
             finally:
                 self._busy.discard(key)
         if len({len(r) for r in results}) != 1:

@@ -32,6 +32,11 @@ def test_sources_with_findings_pass_the_prefilter(name):
 def test_the_prefilter_rules_out_files_without_torch_or_steps():
     assert not may_contain_findings("import numpy\nfor x in loader:\n    x.item()\n", only_cuda_rules=True)
     assert not may_contain_findings("import torch\nx = torch.ones(3).cuda()\n", only_cuda_rules=True)
+    # An import machinery's loader is no data loader.
+    assert not may_contain_findings(
+        "import torch\nfor name in names:\n    spec.loader.exec_module(load(name))\ntorch.cuda.synchronize()\n",
+        only_cuda_rules=True,
+    )
     assert not may_contain_findings(
         'import torch\ndef f():\n    """Example:\n\n    >>> loss.backward()\n    """\n    return torch.cuda.is_available()\n',
         only_cuda_rules=True,

@@ -385,6 +385,18 @@ CASES = {
         for x in stream:
             run(x.cuda())
         """,
+    "a loop over a progress bar that wraps a loader, the training in another module (BigGAN)": """
+        import torch
+        from tqdm import tqdm
+        device = "cuda"
+        model = Net().to(device)
+        for epoch in range(10):
+            pbar = tqdm(loaders[0])
+            for i, (x, y) in enumerate(pbar):
+                x, y = x.to(device), y.to(device)
+                metrics = train(x, y)
+                print(metrics["loss"].item())  # per-step
+        """,
 }
 
 

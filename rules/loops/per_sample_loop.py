@@ -87,6 +87,19 @@ class PerSampleLoop(Rule):
         "BatchNorm behave differently on a batch of one than on the whole batch."
     )
     valid = (
+        # A helper walking what it is handed: a model's outputs may be a tuple of heads (YOLO's three
+        # detection layers), not a batch.
+        "import torch\n"
+        "def compute_loss(predictions, targets):\n"
+        "    loss = 0\n"
+        "    for layer_predictions in predictions:\n"
+        "        loss = loss + layer_predictions.sigmoid().mean()\n"
+        "    return loss\n"
+        "model = Net().cuda()\n"
+        "for imgs, targets in train_loader:\n"
+        "    loss = compute_loss(model(imgs.cuda(non_blocking=True)), targets)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Batched: no per-sample loop.
         "import torch\n"
         "model.cuda()\n"
@@ -194,7 +207,20 @@ def _iterates_tensors(iterable: cst.BaseExpression, ctx) -> bool:
 def _is_tensor_value(expr: cst.BaseExpression, ctx) -> bool:
     if is_container_name(terminal_name(expr) or ""):
         return False
+    if isinstance(expr, cst.Name) and _passed_in(expr.value, ctx):
+        # `def get_loss(model_output): for x in model_output:` — what callers pass (a model's output)
+        # may be a tuple or list of tensors, and walking it is walking heads, not samples.
+        return False
     return tensor_kind(expr, ctx) in TENSORS
+
+
+def _passed_in(name: str, ctx) -> bool:
+    """Is `name` a parameter the function never rebinds, other than a model's `forward` input?"""
+    found = ctx.scope.lookup(name)
+    if found is None or found[0] or name not in found[1].params or found[1].function is None:
+        return False
+    function = found[1].function
+    return function.name.value != "forward"
 
 
 def _used_as_mapping(loop: cst.For, elements: set[str]) -> bool:
