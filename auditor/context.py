@@ -31,8 +31,28 @@ class RuleContext:
         return self.tensors.is_tensor(node, self.scope, self.frame)
 
     def maybe_tensor(self, node: cst.BaseExpression) -> bool:
-        """Could be a device tensor: not shown to be a host tensor or a non-tensor."""
-        return self.tensors.maybe_tensor(node, self.scope, self.frame)
+        """Could be a device tensor: not shown to be a host tensor or a non-tensor. A value the code
+        itself tests with `isinstance(v, torch.Tensor)` is a tensor only when shown to be one: such a
+        helper takes numbers too (`if isinstance(v, torch.Tensor): v = v.item()`)."""
+        if not self.tensors.maybe_tensor(node, self.scope, self.frame):
+            return False
+        if isinstance(node, cst.Name) and self._type_checked(node.value):
+            return self.tensors.is_tensor(node, self.scope, self.frame)
+        return True
+
+    def _type_checked(self, name: str) -> bool:
+        function = self.frame.enclosing_function()
+        if function is None:
+            return False
+        for site in function.all_calls:
+            call = site.call
+            test = self.index.imports.qualify(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
+            if test not in ("isinstance", "torch.is_tensor") or not call.args:
+                continue
+            subject = call.args[0].value
+            if isinstance(subject, cst.Name) and subject.value == name:
+                return True
+        return False
 
     def source(self, node: cst.CSTNode, limit: int = 40) -> str:
         """The node's code on one line, for messages that name their trigger. Long code keeps both

@@ -158,6 +158,15 @@ class FunctionInfo:
     def qualname(self) -> str:
         return f"{self.class_info.name}.{self.name}" if self.class_info else self.name
 
+    @property
+    def positional_params(self) -> tuple[str, ...]:
+        """The names a call's positional arguments fill, in order (a method's `self` or `cls` left out)."""
+        params = self.node.params
+        names = tuple(p.name.value for p in (*params.posonly_params, *params.params))
+        if self.class_info is not None and names[:1] in (("self",), ("cls",)):
+            names = names[1:]
+        return names
+
 
 @dataclass(eq=False, repr=False)
 class ClassInfo:

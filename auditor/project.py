@@ -21,7 +21,7 @@ import functools
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -52,14 +52,15 @@ class ProjectFacts:
     step_work: frozenset[str] = frozenset()  # ... that train, run a forward pass or fetch a batch
     entered: tuple[tuple[str, str], ...] = ()  # (qualname, origin): own functions entered per step elsewhere
     cuda: bool = False  # a module that targets CUDA drives this one's code
+    depends_on: tuple[str, ...] = ()  # the files these facts were derived from (what a cache keys on)
     # (qualname, parameter, kind): what the callers in other modules pass (a Kind's value, merged here)
     argument_kinds: tuple[tuple[str, str, str], ...] = ()
     # (qualname, parameter, "@file:Class"): the class of the object the callers pass
     argument_classes: tuple[tuple[str, str, str], ...] = ()
     # (call target as this module names it, (whole, element 0, ...) Kind values): what calls return
     return_kinds: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # The prefilter ruled the module out, but it imports a module whose functions train or do a
-    # step's work: its loop may be a step loop through them, so it is parsed after all.
+    # The prefilter ruled the module out, but it loops and imports a module whose functions train:
+    # its loop may be a step loop through them, so it is parsed after all.
     imports_training: bool = False
     # It targets CUDA (itself or through a caller) and runs code per step (its own loop or hook, or
     # entered from elsewhere): the only kind of module whose findings values and CUDA can change.
@@ -73,24 +74,19 @@ class ProjectFacts:
         if not self.active:
             return steps
         return (*steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds)
-    depends_on: tuple[str, ...] = ()  # the files these facts were derived from
 
     def grown(self, newer: ProjectFacts) -> ProjectFacts:
-        """These facts joined with a later round's: facts only grow from round to round, so the rounds
-        settle instead of swinging between two answers (return kinds, refined, take the later word)."""
-        return ProjectFacts(
-            roots=newer.roots,
+        """These facts joined with a later round's. What is known about steps and CUDA only grows,
+        so the rounds settle instead of swinging between two answers; what values are (argument and
+        return kinds, classes) is refined from round to round, so the later word stands."""
+        return replace(
+            newer,
             trains=self.trains | newer.trains,
             has_step_loop=self.has_step_loop | newer.has_step_loop,
             step_work=self.step_work | newer.step_work,
             entered=tuple(sorted({**dict(newer.entered), **dict(self.entered)}.items())),
             cuda=self.cuda or newer.cuda,
             depends_on=tuple(sorted(set(self.depends_on) | set(newer.depends_on))),
-            argument_kinds=tuple(sorted(set(self.argument_kinds) | set(newer.argument_kinds))),
-            argument_classes=tuple(sorted(
-                (q, p, c) for (q, p), c in {(q, p): c for q, p, c in (*newer.argument_classes, *self.argument_classes)}.items()
-            )),
-            return_kinds=tuple(sorted({**dict(self.return_kinds), **dict(newer.return_kinds)}.items())),
             imports_training=self.imports_training or newer.imports_training,
             active=self.active or newer.active,
         )
@@ -103,7 +99,7 @@ class ProjectFacts:
 @dataclass(frozen=True)
 class CallEdge:
     target: str  # qualified through the caller's imports: "engine.train_one_epoch", ".utils.f", "models.Net.forward"
-    per_step: str | None  # why the call runs once per step, rendered with file and line; None if it does not
+    per_step: str | None  # why the call runs once per step, with marks for its lines (origins.py); None if not
     passes_device: bool  # an argument names the device (`device`, `args.device`, `x.cuda()`, `gpu`)
     # (position or keyword, Kind value) of each argument, and (position or keyword, class) where the
     # argument is an object whose class is known ("models.Net" as the caller imports it, "<local>.Net")
@@ -124,7 +120,7 @@ class ModuleSummary:
     functions: dict[str, FunctionFacts] = field(default_factory=dict)  # qualname -> what calling it does
     class_bases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # class -> bases (qualified if imported)
     edges: tuple[CallEdge, ...] = ()
-    cuda: bool = False  # the module's own evidence (device.py), or its facts'
+    cuda: bool = False  # the module's own evidence that it targets CUDA (device.py)
     # qualname -> (whole, element 0, ...) Kind values of what it returns, where something is known
     returns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     factories: dict[str, str] = field(default_factory=dict)  # qualname -> "qualname.inner", the function it returns
@@ -181,11 +177,10 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
 
 
 def _function_facts(steps: StepModel, function) -> FunctionFacts:
-    params = function.node.params
-    names = tuple(p.name.value for p in (*params.posonly_params, *params.params))
-    if function.class_info is not None and names[:1] in (("self",), ("cls",)):
-        names = names[1:]
-    return FunctionFacts(steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function), names)
+    return FunctionFacts(
+        steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function),
+        function.positional_params,
+    )
 
 
 def _plain(node: cst.BaseExpression) -> str:

@@ -616,10 +616,7 @@ class StepModel:
                 if arg.value is not value or arg.star:
                     continue
                 for function in self.resolve(site):
-                    params = function.node.params
-                    names = [p.name.value for p in (*params.posonly_params, *params.params)]
-                    if function.class_info is not None and names[:1] in (["self"], ["cls"]):
-                        names = names[1:]
+                    names = function.positional_params
                     if arg.keyword is not None:
                         return arg.keyword.value, function.scope
                     if position < len(names):
@@ -843,10 +840,7 @@ def _on_every_iteration(frame: Frame | None, loop_frame: Frame) -> bool:
 
 def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:
     """The expression `call` passes for `function`'s parameter `name`, if it can be told."""
-    params = function.node.params
-    positional = [p.name.value for p in (*params.posonly_params, *params.params)]
-    if function.class_info is not None and positional[:1] in (["self"], ["cls"]):
-        positional = positional[1:]
+    positional = function.positional_params
     for index, arg in enumerate(call.args):
         if arg.star:
             return None

@@ -121,6 +121,9 @@ class TensorInference:
         self._busy: set[tuple[int, str]] = set()
         self._provisional: dict[tuple[int, str], Kind] = {}
         self._returns: dict[int, tuple[Kind, ...]] = {}
+        # Tensor-like names (`loss`, `output`) count as tensors, except while working out what a
+        # function returns: a guess there would travel to every caller as if it were known.
+        self._guess_from_names = True
         self._where: LoopInfo | None = None  # the loop the expression being asked about sits in
 
     def kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
@@ -168,7 +171,7 @@ class TensorInference:
         if found is None:
             if self.index.imports.qualify(expr) is not None:
                 return Kind.NOT_TENSOR  # an imported module or function, not a value we compute
-            return Kind.TENSOR if _TENSOR_NAMES.match(name) else Kind.UNKNOWN
+            return Kind.TENSOR if self._guess_from_names and _TENSOR_NAMES.match(name) else Kind.UNKNOWN
         bindings, owner = found
         bindings = self._reaching(bindings)
         if len(bindings) > 1:
@@ -198,7 +201,7 @@ class TensorInference:
         # A tensor-like name (`pred`, `loss`) is taken at its word, except as the element of an iterable
         # we know nothing about: `for pred, gt in zip(preds_str, labels)` walks decoded strings.
         if (
-            merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name)
+            self._guess_from_names and merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name)
             and not {Kind.NOT_TENSOR, Kind.HOST_TENSOR} & set(kinds)
             and not any(binding.kind == "loop" for binding in bindings)
         ):
@@ -469,6 +472,13 @@ class TensorInference:
     def _function_returns(self, function, depth: int) -> tuple[Kind, ...]:
         if function.is_generator:
             return (Kind.UNKNOWN,)  # a generator returns its iterator
+        saved, self._guess_from_names = self._guess_from_names, False
+        try:
+            return self._returned_by(function, depth)
+        finally:
+            self._guess_from_names = saved
+
+    def _returned_by(self, function, depth: int) -> tuple[Kind, ...]:
         values = function.returns
         whole = _merge([self.kind(value, function.scope, depth) for value in values])
         sizes = {len(value.elements) if isinstance(value, cst.Tuple) else -1 for value in values}

@@ -111,6 +111,24 @@ class ItemInStep(Rule):
         "        optimizer.step()\n"
         "        total += loss.detach()\n"
         "    print(epoch, total.item())\n",
+        # A helper that takes numbers or tensors and converts what it is given (DINO's MetricLogger):
+        # a sync only where a caller is shown to pass a device tensor, and these callers pass floats.
+        "import torch\n"
+        "class MetricLogger:\n"
+        "    def record(self, **kwargs):\n"
+        "        for k, v in kwargs.items():\n"
+        "            if isinstance(v, torch.Tensor):\n"
+        "                v = v.item()\n"
+        "            self.meters[k].update(v)\n"
+        "metric_logger = MetricLogger()\n"
+        "model = Net().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if step % 10 == 0:\n"
+        "        loss_value = loss.item()\n"
+        "    metric_logger.record(loss=loss_value, lr=optimizer.param_groups[0]['lr'])\n",
         # The scaler's state saved once per epoch, in a checkpoint, is fine; so is the first few steps' look.
         "import torch\n"
         "scaler = torch.cuda.amp.GradScaler()\n"
