@@ -10,6 +10,7 @@ import libcst as cst
 from loopaudit.module_index import FrameKind, LoopInfo
 from loopaudit.names import dotted_name, terminal_name
 from loopaudit.patterns import unwrap_iterable
+from loopaudit.stepmodel import argument_for
 from loopaudit.tensors import Kind
 from loopaudit.walk import iter_subtree
 
@@ -135,9 +136,30 @@ def command_line_default(expr, ctx):
     """`args.workers` -> 4 when the module declares `parser.add_argument("-j", "--workers", default=4)`
     (once, with a literal default): what the script runs with unless told otherwise. Else UNKNOWN."""
     expr = _without_int(expr)
+    if isinstance(expr, cst.Name):
+        return _passed_command_line_default(expr.value, ctx)
     if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
         return UNKNOWN
     return _argparse_defaults(ctx).get(expr.attr.value, UNKNOWN)
+
+
+def _passed_command_line_default(name: str, ctx):
+    """`def make_loader(path, n_cpu): DataLoader(..., num_workers=n_cpu)` called as
+    `make_loader(path, args.n_cpu)` (YOLOv3): the default of what every call site passes."""
+    found = ctx.scope.lookup(name)
+    if not found or found[0] or name not in found[1].params or found[1].function is None:
+        return UNKNOWN
+    function = ctx.steps.function_info(found[1].function)
+    if function is None or not function.call_sites:
+        return UNKNOWN
+    values = set()
+    for site in function.call_sites[:8]:
+        argument = argument_for(function, name, site.call)
+        argument = _without_int(argument) if argument is not None else None
+        if not (isinstance(argument, cst.Attribute) and isinstance(argument.value, cst.Name)):
+            return UNKNOWN
+        values.add(_argparse_defaults(ctx).get(argument.attr.value, UNKNOWN))
+    return values.pop() if len(values) == 1 else UNKNOWN
 
 
 def _argparse_defaults(ctx) -> dict:

@@ -100,23 +100,50 @@ def _host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
 
 
 def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
-    """`mask = torch.ones(n)` then `mask.cuda()` in the same loop iteration: a tensor made on the host
-    only to be moved. Only when the name is bound once and used nowhere else (filled on the host
-    element by element, say, it would be another matter)."""
+    """`mask = torch.ones(n)` then `mask.cuda()` in the same loop iteration, or in the same call of a
+    per-step function (`ids = torch.arange(n)`, then `ids = ids.cuda()`): a tensor made on the host
+    only to be moved. Only when nothing else binds or reads the name before the move (filled on the
+    host element by element, say, it would be another matter)."""
     if not isinstance(expr, cst.Name):
         return None
     found = ctx.scope.lookup(expr.value)
-    if found is None or found[1] is not ctx.scope or len(found[0]) != 1:
+    if found is None or found[1] is not ctx.scope:
         return None
-    binding = found[0][0]
-    if binding.kind != "value" or binding.loop is None or ctx.frame is None or ctx.frame.innermost_loop() is not binding.loop:
+    # `ids = ids.cuda()`: the move may rebind the name; what comes after it reads the moved tensor.
+    moves = [b for b in found[0] if b.kind == "value" and _holds_node(b.value, expr)]
+    others = [b for b in found[0] if b not in moves]
+    if len(others) != 1 or len(moves) > 1:
+        return None
+    binding = others[0]
+    if binding.kind != "value" or ctx.frame is None or ctx.frame.innermost_loop() is not binding.loop:
         return None  # made before the loop: one copy a step, but not one creation a step
+    if binding.loop is None and ctx.scope.function is None:
+        return None  # module level, outside any loop: runs once
     creation = _host_creation(binding.value, ctx)
     if creation is None:
         return None
     body = ctx.scope.function or ctx.index.module
-    uses = sum(1 for node in iter_subtree(body) if isinstance(node, cst.Name) and node.value == expr.value)
-    return creation if uses == 2 else None
+    if not moves:
+        uses = sum(1 for node in iter_subtree(body) if isinstance(node, cst.Name) and node.value == expr.value)
+        return creation if uses == 2 else None
+    # Rebound by the move: later reads see the moved tensor. The host tensor must not be written
+    # to (`ids[0] = n`, `ids.fill_(1)`) anywhere in the function.
+    return None if _written_in_place(body, expr.value, ctx) else creation
+
+
+def _written_in_place(body: cst.CSTNode, name: str, ctx) -> bool:
+    for node in iter_subtree(body):
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value == name:
+            if id(node) in ctx.index.stored_subscripts:
+                return True
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value.endswith("_"):
+            if isinstance(node.func.value, cst.Name) and node.func.value.value == name:
+                return True
+    return False
+
+
+def _holds_node(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(inner is node for inner in iter_subtree(root))
 
 
 class CreatedOnHostThenMoved(Rule):
@@ -166,6 +193,18 @@ class CreatedOnHostThenMoved(Rule):
         "(reproducibility across runs on the same setup is kept)."
     )
     valid = (
+        # Filled on the host first, then moved: the host tensor is the point.
+        "import torch\n"
+        "def make_mask(lengths):\n"
+        "    mask = torch.zeros(len(lengths), 100)\n"
+        "    for i, n in enumerate(lengths):\n"
+        "        mask[i, :n] = 1\n"
+        "    mask = mask.cuda()\n"
+        "    return mask\n"
+        "for text, lengths in train_loader:\n"
+        "    loss = model(text.cuda(non_blocking=True), make_mask(lengths.tolist())).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Legacy constructors from data the script computed: the copy is needed.
         "import torch\n"
         "device = torch.device('cuda')\n"
@@ -240,6 +279,17 @@ class CreatedOnHostThenMoved(Rule):
         "    x = x.cuda(non_blocking=True)\n"
         "    weights = torch.ones(x.size(0))\n"
         "    loss = (model(x) * weights.cuda()).sum()  # expect: LA205\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Made in a function that runs per step, and moved where it is when CUDA is there (tacotron2).
+        "import torch\n"
+        "def get_mask_from_lengths(lengths):\n"
+        "    ids = torch.arange(0, 100, dtype=torch.long)\n"
+        "    if torch.cuda.is_available(): ids = ids.cuda()  # expect: LA205\n"
+        "    return ids < lengths.unsqueeze(1)\n"
+        "for text, lengths in train_loader:\n"
+        "    lengths = lengths.cuda(non_blocking=True)\n"
+        "    loss = model(text.cuda(non_blocking=True), get_mask_from_lengths(lengths)).sum()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
         # The legacy typed constructors, by size or from one value repeated (CRNN-style length tensors).

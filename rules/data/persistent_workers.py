@@ -165,6 +165,22 @@ class WorkersRespawnedEachEpoch(Rule):
         "    validate(val_set)\n",
     )
     invalid = (
+        # The worker count reaches the loader through a helper's parameter (YOLOv3's _create_data_loader).
+        "import argparse\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def create_loader(path, batch_size, n_cpu):\n"
+        "    loader = DataLoader(Images(path), batch_size=batch_size, num_workers=n_cpu, pin_memory=True)  # expect: LA204\n"
+        "    return loader\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--n_cpu', type=int, default=8)\n"
+        "args = parser.parse_args()\n"
+        "loader = create_loader('train.txt', 16, args.n_cpu)\n"
+        "for epoch in range(100):\n"
+        "    for imgs, targets in loader:\n"
+        "        loss = model(imgs.cuda(non_blocking=True)).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
         # A loader made by a helper and handed back in a tuple (tacotron2's prepare_dataloaders).
         "import torch\n"
         "from torch.utils.data import DataLoader\n"
