@@ -59,6 +59,9 @@ class ProjectFacts:
     argument_classes: tuple[tuple[str, str, str], ...] = ()
     # (call target as this module names it, (whole, element 0, ...) Kind values): what calls return
     return_kinds: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # (call target, parameter, its position or -1, whether the loop trains): functions of other modules
+    # whose step loop iterates what the call passes for that parameter (a DataLoader built here)
+    iterates: tuple[tuple[str, str, int, bool], ...] = ()
     # The prefilter ruled the module out, but it loops and imports a module whose functions train:
     # its loop may be a step loop through them, so it is parsed after all.
     imports_training: bool = False
@@ -70,7 +73,9 @@ class ProjectFacts:
         """What the module's analysis depends on: facts equal in this key give the same findings and
         summary, so the module need not be analysed again. Outside an active module only the facts
         about steps matter (CUDA and values change no finding there, and no summary)."""
-        steps = (self.trains, self.has_step_loop, self.step_work, self.entered, self.imports_training, self.active)
+        steps = (
+            self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.imports_training, self.active,
+        )
         if not self.active:
             return steps
         return (*steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds)
@@ -84,6 +89,7 @@ class ProjectFacts:
             trains=self.trains | newer.trains,
             has_step_loop=self.has_step_loop | newer.has_step_loop,
             step_work=self.step_work | newer.step_work,
+            iterates=tuple(sorted(set(self.iterates) | set(newer.iterates))),
             entered=tuple(sorted({**dict(newer.entered), **dict(self.entered)}.items())),
             cuda=self.cuda or newer.cuda,
             depends_on=tuple(sorted(set(self.depends_on) | set(newer.depends_on))),
@@ -113,6 +119,7 @@ class FunctionFacts:
     has_step_loop: bool
     step_work: bool
     params: tuple[str, ...] = ()  # positional parameters, `self` left out: position -> name
+    iterates: tuple[tuple[str, bool], ...] = ()  # parameters a step loop of its own iterates, and whether it trains
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,7 @@ def _function_facts(steps: StepModel, function) -> FunctionFacts:
     return FunctionFacts(
         steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function),
         function.positional_params,
+        steps.iterated_params(function),
     )
 
 
@@ -337,6 +345,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
 
     # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
     trains: dict[str, set[str]] = {}
+    iterates: dict[str, set[tuple[str, str, int, bool]]] = {}
     loops: dict[str, set[str]] = {}
     work: dict[str, set[str]] = {}
     entered: dict[str, dict[str, str]] = {}
@@ -349,6 +358,10 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                     if found:
                         known.setdefault(path, set()).add(edge.target)
                         depends.setdefault(path, set()).add(file)
+                for param, trained in target.iterates:
+                    position = target.params.index(param) if param in target.params else -1
+                    iterates.setdefault(path, set()).add((edge.target, param, position, trained))
+                    depends.setdefault(path, set()).add(file)
             if edge.per_step is not None and edge.per_step.count(" → ") <= MAX_HOPS:
                 entered.setdefault(file, {}).setdefault(qualname, edge.per_step)
                 depends.setdefault(file, set()).add(path)
@@ -395,6 +408,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             trains=frozenset(trains.get(path, ())),
             has_step_loop=frozenset(loops.get(path, ())),
             step_work=frozenset(work.get(path, ())),
+            iterates=tuple(sorted(iterates.get(path, ()))),
             entered=tuple(sorted(entered.get(path, {}).items())),
             cuda=bool(cuda.get(path)),
             depends_on=tuple(sorted(depends.get(path, set()) - {path})),

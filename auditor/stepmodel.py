@@ -511,6 +511,48 @@ class StepModel:
             )
         return self._has_step_loop[key]
 
+    def loop_trains(self, loop: LoopInfo) -> bool:
+        """Does one iteration of the loop train: backward / optimizer.step here, or in a function it
+        calls (of this module or another)?"""
+        return (
+            loop.trains_directly
+            or any(self.trains(f) for site in loop.direct_calls for f in self.resolve(site))
+            or self._known_elsewhere("trains", loop.direct_calls)
+        )
+
+    def iterated_params(self, function: FunctionInfo) -> tuple[tuple[str, bool], ...]:
+        """The parameters a step loop of `function` iterates (`def train_one_epoch(model, data_loader):
+        for x, y in data_loader:`), each with whether that loop trains."""
+        found: dict[str, bool] = {}
+        for loop in function.loops:
+            if not isinstance(loop.node, cst.For) or not self.is_step_loop(loop):
+                continue
+            for expr in unwrap_iterable(loop.node.iter):
+                if isinstance(expr, cst.Name) and expr.value in function.scope.params and expr.value not in function.scope.assignments:
+                    found[expr.value] = found.get(expr.value, False) or self.loop_trains(loop)
+        return tuple(sorted(found.items()))
+
+    def remote_step_loops(self, value: cst.BaseExpression) -> list[tuple[CallSite, bool]]:
+        """The calls of this module that hand what `value` evaluates to (a `DataLoader(...)`) to a
+        function of another module whose step loop iterates it (DeiT's `train_one_epoch(model, criterion,
+        data_loader_train, ...)`), each with whether that loop trains."""
+        if self.facts is None or not self.facts.iterates:
+            return []
+        bound = self.bound_name(value)
+        if bound is None:
+            return []
+        name, scope = bound
+        wanted: dict[str, list[tuple[str, int, bool]]] = {}
+        for target, param, position, trains in self.facts.iterates:
+            wanted.setdefault(target, []).append((param, position, trains))
+        found = []
+        for site in self.index.calls:
+            for param, position, trains in wanted.get(self.external_target(site) or "", ()):
+                argument = _argument_at(site.call, param, position)
+                if argument is not None and self.refers_to(argument, name, scope, site.scope):
+                    found.append((site, trains))
+        return found
+
     def iterates_loader(self, loop: LoopInfo) -> bool:
         if not isinstance(loop.node, cst.For):
             return False
@@ -836,6 +878,19 @@ def _on_every_iteration(frame: Frame | None, loop_frame: Frame) -> bool:
             return False
         frame = frame.parent
     return True
+
+
+def _argument_at(call: cst.Call, name: str, position: int) -> cst.BaseExpression | None:
+    """What `call` passes for the parameter `name`, the `position`-th positional one (-1: keyword only)."""
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                return arg.value
+        elif index == position:
+            return arg.value
+    return None
 
 
 def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:

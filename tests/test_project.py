@@ -280,6 +280,34 @@ PROJECTS = {
                     return text.cuda(non_blocking=True), lengths
             """,
     },
+    "a DataLoader built in main.py and iterated by engine.py's step loop (DeiT, ConvNeXt, MAE)": {
+        "main.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from engine import train_one_epoch, evaluate
+            loader = DataLoader(dataset, batch_size=64, num_workers=8)  # expect: LA201, LA204
+            val_loader = DataLoader(valset, batch_size=64)  # expect: LA201
+            model = Net().cuda()
+            for epoch in range(100):
+                train_one_epoch(model, loader, optimizer)
+                evaluate(model, val_loader)
+            """,
+        "engine.py": """
+            import torch
+
+            def train_one_epoch(model, data_loader, optimizer):
+                for samples, targets in data_loader:
+                    samples = samples.cuda(non_blocking=True)
+                    loss = model(samples).sum()
+                    loss.backward()
+                    optimizer.step()
+
+            @torch.no_grad()
+            def evaluate(model, data_loader):
+                for samples, targets in data_loader:
+                    output = model(samples.cuda(non_blocking=True))
+            """,
+    },
 }
 
 

@@ -197,9 +197,12 @@ def step_loops(call: cst.Call, ctx) -> list[LoopInfo]:
 
 def loop_trains(loop: LoopInfo, ctx) -> bool:
     """Does one iteration of the loop train: backward / optimizer.step here or in a function it calls?"""
-    return loop.trains_directly or any(
-        ctx.steps.trains(function) for site in loop.direct_calls for function in ctx.steps.resolve(site)
-    )
+    return ctx.steps.loop_trains(loop)
+
+
+def remote_step_loops(call: cst.Call, ctx):
+    """(call site, trains) for each call that hands this loader to another module's step loop."""
+    return ctx.steps.remote_step_loops(call)
 
 
 # Lightning's hooks that hand it a loader to iterate: the training one at every epoch, the others at

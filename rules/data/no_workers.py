@@ -8,7 +8,7 @@ from loopaudit.rule import Report, Rule
 
 from ._loaders import (
     UNKNOWN, command_line_default, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
-    step_loops,
+    remote_step_loops, step_loops,
 )
 
 _TRAIN_NAME = re.compile(r"(?i)train")
@@ -36,9 +36,10 @@ def is_training_loader(call: cst.Call, ctx) -> bool:
     if lightning_loader_role(call, ctx) == "train":
         return True
     loops = step_loops(call, ctx)
-    if not loops:
+    remote = remote_step_loops(call, ctx)  # handed to a training loop in another module
+    if not loops and not remote:
         return False
-    if any(loop_trains(loop, ctx) for loop in loops):
+    if any(loop_trains(loop, ctx) for loop in loops) or any(trains for _, trains in remote):
         return True
     if any(_TRAIN_NAME.search(enclosing_function_name(loop)) for loop in loops):
         return True

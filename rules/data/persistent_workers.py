@@ -8,21 +8,28 @@ from loopaudit.patterns import unwrap_iterable
 from loopaudit.rule import Report, Rule
 from loopaudit.stepmodel import argument_for
 
-from ._loaders import UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, step_loops
+from ._loaders import (
+    UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, step_loops,
+)
 
 
 def _reused_across_epochs(loop, node, ctx) -> bool:
     """Is the loader made once and iterated again and again? Some loop must repeat the iteration
     without repeating the `DataLoader(...)` call: a loader built inside `validate()` is a new one at
     every call, and keeping its workers alive would not help."""
-    around_creation = set()
-    frame = ctx.frame
-    while frame is not None and frame.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
-        around_creation.add(id(frame))
-        frame = frame.parent
     iterated = {name for expr in unwrap_iterable(loop.node.iter) if (name := terminal_name(expr))}
-    passes = _PassesLoader(ctx, node)
-    return _repeated_without(loop.frame.parent, frame, around_creation, frozenset(), iterated, passes)
+    return _repeated_from(loop.frame.parent, iterated, node, ctx)
+
+
+def _repeated_from(frame, names: set[str], node, ctx) -> bool:
+    """Is code in `frame` (a loop over the loader, or a call handing it to another module's loop)
+    run again and again while the loader made by `node` lives?"""
+    around_creation = set()
+    creating = ctx.frame
+    while creating is not None and creating.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
+        around_creation.add(id(creating))
+        creating = creating.parent
+    return _repeated_without(frame, creating, around_creation, frozenset(), names, _PassesLoader(ctx, node))
 
 
 class _PassesLoader:
@@ -282,8 +289,11 @@ class WorkersRespawnedEachEpoch(Rule):
         persistent = loader_argument(node, "persistent_workers", ctx)
         if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
             return
-        if lightning_loader_role(node, ctx) is None and not any(
-            _reused_across_epochs(loop, node, ctx) for loop in step_loops(node, ctx)
+        if (
+            lightning_loader_role(node, ctx) is None
+            and not any(_reused_across_epochs(loop, node, ctx) for loop in step_loops(node, ctx))
+            # handed to another module's step loop (`train_one_epoch(model, loader)`) again and again
+            and not any(_repeated_from(site.frame, set(), node, ctx) for site, _ in remote_step_loops(node, ctx))
         ):
             return
         if from_command_line:
