@@ -62,8 +62,11 @@ class ProjectFacts:
     # (call target, parameter, its position or -1, whether the loop trains): functions of other modules
     # whose step loop iterates what the call passes for that parameter (a DataLoader built here)
     iterates: tuple[tuple[str, str, int, bool], ...] = ()
-    # The prefilter ruled the module out, but it loops and imports a module whose functions train:
-    # its loop may be a step loop through them, so it is parsed after all.
+    # (qualname, element or -1 for the whole value, trains, again and again): what a function of this
+    # module returns is iterated by a step loop elsewhere (a DataLoader a helper builds and returns)
+    returned_uses: tuple[tuple[str, int, bool, bool], ...] = ()
+    # The prefilter ruled the module out, but it loops and imports a module whose functions train or
+    # hold a step loop: its loops may feed them, so it is parsed after all.
     imports_training: bool = False
     # It targets CUDA (itself or through a caller) and runs code per step (its own loop or hook, or
     # entered from elsewhere): the only kind of module whose findings values and CUDA can change.
@@ -74,7 +77,8 @@ class ProjectFacts:
         summary, so the module need not be analysed again. Outside an active module only the facts
         about steps matter (CUDA and values change no finding there, and no summary)."""
         steps = (
-            self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.imports_training, self.active,
+            self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.returned_uses,
+            self.imports_training, self.active,
         )
         if not self.active:
             return steps
@@ -90,6 +94,7 @@ class ProjectFacts:
             has_step_loop=self.has_step_loop | newer.has_step_loop,
             step_work=self.step_work | newer.step_work,
             iterates=tuple(sorted(set(self.iterates) | set(newer.iterates))),
+            returned_uses=tuple(sorted(set(self.returned_uses) | set(newer.returned_uses))),
             entered=tuple(sorted({**dict(newer.entered), **dict(self.entered)}.items())),
             cuda=self.cuda or newer.cuda,
             depends_on=tuple(sorted(set(self.depends_on) | set(newer.depends_on))),
@@ -111,6 +116,8 @@ class CallEdge:
     # argument is an object whose class is known ("models.Net" as the caller imports it, "<local>.Net")
     arguments: tuple[tuple[str, str], ...] = ()
     classes: tuple[tuple[str, str], ...] = ()
+    # (element or -1, trains, again and again) for each step loop that iterates what the call returns
+    result_uses: tuple[tuple[int, bool, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,11 +183,27 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             cls = steps.class_of(arg.value, site.scope)
             if cls is not None:
                 classes.append((key, cls))
-        edges.append(CallEdge(target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes)))
+        edges.append(CallEdge(
+            target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes), _result_uses(steps, site),
+        ))
     has_step_code = any(steps.is_step_loop(loop) for loop in index.loops) or any(
         steps.hook_name(function) is not None for function in index.functions
     )
     return ModuleSummary(functions, bases, tuple(edges), cuda, returns, factories, has_step_code)
+
+
+def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
+    """How step loops use what a call returns: `train_loader, val_loader, n = get_loaders(...)` then
+    `for x, y in train_loader:` (here, or in another module the loader is handed to)."""
+    uses = set()
+    for name, bindings in site.scope.assignments.items():
+        for binding in bindings:
+            if binding.value is not site.call or binding.kind not in ("value", "element"):
+                continue
+            element = binding.position if binding.kind == "element" else -1
+            for trains, again in steps.step_loop_uses(name, site.scope, binding.loop is not None):
+                uses.add((element, trains, again))
+    return tuple(sorted(uses))
 
 
 def _function_facts(steps: StepModel, function) -> FunctionFacts:
@@ -346,6 +369,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
     # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
     trains: dict[str, set[str]] = {}
     iterates: dict[str, set[tuple[str, str, int, bool]]] = {}
+    returned: dict[str, set[tuple[str, int, bool, bool]]] = {}
     loops: dict[str, set[str]] = {}
     work: dict[str, set[str]] = {}
     entered: dict[str, dict[str, str]] = {}
@@ -362,6 +386,9 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                     position = target.params.index(param) if param in target.params else -1
                     iterates.setdefault(path, set()).add((edge.target, param, position, trained))
                     depends.setdefault(path, set()).add(file)
+            for element, trained, again in edge.result_uses:
+                returned.setdefault(file, set()).add((qualname, element, trained, again))
+                depends.setdefault(file, set()).add(path)
             if edge.per_step is not None and edge.per_step.count(" → ") <= MAX_HOPS:
                 entered.setdefault(file, {}).setdefault(qualname, edge.per_step)
                 depends.setdefault(file, set()).add(path)
@@ -400,7 +427,10 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                     classes.setdefault(file, {}).setdefault((qualname, name), where)
                     depends.setdefault(file, set()).add(path)
 
-    training = {path for path, summary in summaries.items() if any(f.trains for f in summary.functions.values())}
+    training = {
+        path for path, summary in summaries.items()
+        if any(f.trains or f.has_step_loop for f in summary.functions.values())
+    }
     facts = {}
     for path in layout.paths:
         facts[path] = ProjectFacts(
@@ -409,6 +439,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             has_step_loop=frozenset(loops.get(path, ())),
             step_work=frozenset(work.get(path, ())),
             iterates=tuple(sorted(iterates.get(path, ()))),
+            returned_uses=tuple(sorted(returned.get(path, ()))),
             entered=tuple(sorted(entered.get(path, {}).items())),
             cuda=bool(cuda.get(path)),
             depends_on=tuple(sorted(depends.get(path, set()) - {path})),
@@ -442,7 +473,8 @@ def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, Modul
 
 
 def _cuda_closure(resolved, summaries: dict[str, ModuleSummary]) -> dict[str, bool]:
-    """CUDA flows from a module that targets it into the modules it calls per step or hands a device to."""
+    """CUDA flows from a module that targets it into the modules it calls per step, hands a device
+    to, or takes a DataLoader from that its step loops then iterate."""
     cuda = {path: summary.cuda for path, summary in summaries.items()}
     changed = True
     while changed:
@@ -451,15 +483,16 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary]) -> dict[str, bo
             if not cuda.get(path):
                 continue
             for edge, file, _ in edges:
-                if (edge.per_step or edge.passes_device) and not cuda.get(file):
+                if (edge.per_step or edge.passes_device or edge.result_uses) and not cuda.get(file):
                     cuda[file] = True
                     changed = True
     return cuda
 
 
 def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> bool:
-    """A file the prefilter ruled out that loops and imports a module whose functions train: its
-    loop may be a step loop through them (`for batch in stream: engine.train_step(batch)`)."""
+    """A file the prefilter ruled out that loops and imports a module whose functions train or hold a
+    step loop: its loop may be a step loop through them (`for batch in stream: engine.train_step(batch)`),
+    or an epoch loop handing them the loaders it builds (`train(epoch, train_loader, model)`)."""
     modules = layout.imported_modules(path)
     if not modules or not layout.loops(path):
         return False

@@ -536,12 +536,12 @@ class StepModel:
         """The calls of this module that hand what `value` evaluates to (a `DataLoader(...)`) to a
         function of another module whose step loop iterates it (DeiT's `train_one_epoch(model, criterion,
         data_loader_train, ...)`), each with whether that loop trains."""
+        bound = self.bound_name(value)
+        return self._remote_uses(*bound) if bound is not None else []
+
+    def _remote_uses(self, name: str, scope: Scope) -> list[tuple[CallSite, bool]]:
         if self.facts is None or not self.facts.iterates:
             return []
-        bound = self.bound_name(value)
-        if bound is None:
-            return []
-        name, scope = bound
         wanted: dict[str, list[tuple[str, int, bool]]] = {}
         for target, param, position, trains in self.facts.iterates:
             wanted.setdefault(target, []).append((param, position, trains))
@@ -552,6 +552,47 @@ class StepModel:
                 if argument is not None and self.refers_to(argument, name, scope, site.scope):
                     found.append((site, trains))
         return found
+
+    def step_loop_uses(self, name: str, scope: Scope, made_in_loop: bool) -> list[tuple[bool, bool]]:
+        """(trains, again and again) for each step loop that iterates what `name` in `scope` holds: a
+        loop of this module, or another module's loop that a call of this one hands it to. `made_in_loop`:
+        the name is bound inside a loop, so a new value comes with each pass."""
+        uses = []
+        for loop in self.index.loops:
+            if not isinstance(loop.node, cst.For) or not self.is_step_loop(loop):
+                continue
+            if any(self._refers_to(expr, name, scope, loop.scope, 0) for expr in unwrap_iterable(loop.node.iter)):
+                uses.append((self.loop_trains(loop), not made_in_loop and self.in_epoch_loop(loop)))
+        for site, trains in self._remote_uses(name, scope):
+            uses.append((trains, not made_in_loop and self._inside_loop(site.frame, frozenset())))
+        return uses
+
+    def returned_step_uses(self, value: cst.BaseExpression) -> list[tuple[bool, bool]]:
+        """(trains, again and again) for each step loop of another module that iterates `value` (a
+        `DataLoader(...)`) after a function of this one returns it (RepDistiller's
+        `get_cifar100_dataloaders()` returning `train_loader, val_loader, n_data`)."""
+        if self.facts is None or not self.facts.returned_uses:
+            return []
+        bound = self.index.bound_names.get(id(value))
+        if bound is None or bound[1].function is None:
+            return []
+        name, scope = bound
+        function = self.function_info(scope.function)
+        if function is None:
+            return []
+        elements = set()
+        for returned in function.returns:
+            if isinstance(returned, cst.Name) and returned.value == name:
+                elements.add(-1)
+            elif isinstance(returned, cst.Tuple):
+                elements.update(
+                    i for i, element in enumerate(returned.elements)
+                    if isinstance(element.value, cst.Name) and element.value.value == name
+                )
+        return [
+            (trains, again) for qualname, element, trains, again in self.facts.returned_uses
+            if qualname == function.qualname and element in elements
+        ]
 
     def iterates_loader(self, loop: LoopInfo) -> bool:
         if not isinstance(loop.node, cst.For):

@@ -308,6 +308,43 @@ PROJECTS = {
                     output = model(samples.cuda(non_blocking=True))
             """,
     },
+    "DataLoaders a dataset module builds and returns, iterated every epoch by a third module's loop (RepDistiller)": {
+        "dataset/cifar100.py": """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def get_cifar100_dataloaders(batch_size=128):
+                train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True, num_workers=8)  # expect: LA201, LA204
+                test_loader = DataLoader(test_set, batch_size=64, shuffle=False, num_workers=2)  # expect: LA201, LA204
+                once_loader = DataLoader(probe_set, batch_size=64, num_workers=2)  # expect: LA201
+                return train_loader, test_loader, once_loader
+            """,
+        "train_student.py": """
+            import torch
+            from dataset.cifar100 import get_cifar100_dataloaders
+            from helper.loops import train, validate
+            train_loader, val_loader, once_loader = get_cifar100_dataloaders(batch_size=64)
+            model = Net().cuda()
+            validate(once_loader, model)
+            for epoch in range(240):
+                train(epoch, train_loader, model, optimizer)
+                validate(val_loader, model)
+            """,
+        "helper/loops.py": """
+            import torch
+
+            def train(epoch, train_loader, model, optimizer):
+                for input, target in train_loader:
+                    loss = model(input.cuda(non_blocking=True)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+            def validate(val_loader, model):
+                with torch.no_grad():
+                    for input, target in val_loader:
+                        output = model(input.cuda(non_blocking=True))
+            """,
+    },
 }
 
 
@@ -374,3 +411,14 @@ def test_fix_in_a_callee_uses_what_the_caller_said(tmp_path):
     fixed = run_cli("scan", str(tmp_path), "--fix", "--select", "LA202")
     assert fixed.returncode == 0, fixed.out + fixed.err
     assert "x = x.to(device, non_blocking=True)" in (tmp_path / "engine.py").read_text()
+
+
+def test_a_folder_scan_parses_the_files_the_prefilter_skips_when_the_project_needs_them(tmp_path):
+    # Scanned as a folder, train_student.py alone shows no step loop (the loops live in helper/loops.py):
+    # the prefilter skips it at first, and the project analysis brings it back.
+    name = next(n for n in PROJECTS if "RepDistiller" in n)
+    write_project(tmp_path, PROJECTS[name])
+    result = run_cli("scan", str(tmp_path), "--output-format", "json")
+    reported = {(f["filename"], f["location"]["row"], f["code"]) for f in json.loads(result.out)}
+    prefix = str(tmp_path) + "/"
+    assert {(path[len(prefix):], row, code) for path, row, code in reported} == expected(tmp_path)

@@ -205,6 +205,12 @@ def remote_step_loops(call: cst.Call, ctx):
     return ctx.steps.remote_step_loops(call)
 
 
+def returned_step_uses(call: cst.Call, ctx):
+    """(trains, again and again) for each step loop elsewhere that iterates this loader after a
+    function of this module returns it."""
+    return ctx.steps.returned_step_uses(call)
+
+
 # Lightning's hooks that hand it a loader to iterate: the training one at every epoch, the others at
 # every validation, test or predict run (which, for validation, is every epoch too).
 _LIGHTNING_LOADER_HOOKS = {

@@ -8,7 +8,7 @@ from loopaudit.rule import Report, Rule
 
 from ._loaders import (
     UNKNOWN, command_line_default, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
-    remote_step_loops, step_loops,
+    remote_step_loops, returned_step_uses, step_loops,
 )
 
 _TRAIN_NAME = re.compile(r"(?i)train")
@@ -37,9 +37,10 @@ def is_training_loader(call: cst.Call, ctx) -> bool:
         return True
     loops = step_loops(call, ctx)
     remote = remote_step_loops(call, ctx)  # handed to a training loop in another module
-    if not loops and not remote:
+    returned = returned_step_uses(call, ctx)  # returned, then iterated elsewhere
+    if not loops and not remote and not returned:
         return False
-    if any(loop_trains(loop, ctx) for loop in loops) or any(trains for _, trains in remote):
+    if any(loop_trains(loop, ctx) for loop in loops) or any(t for _, t in remote) or any(t for t, _ in returned):
         return True
     if any(_TRAIN_NAME.search(enclosing_function_name(loop)) for loop in loops):
         return True

@@ -9,7 +9,8 @@ from loopaudit.rule import Report, Rule
 from loopaudit.stepmodel import argument_for
 
 from ._loaders import (
-    UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, step_loops,
+    UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, returned_step_uses,
+    step_loops,
 )
 
 
@@ -294,6 +295,8 @@ class WorkersRespawnedEachEpoch(Rule):
             and not any(_reused_across_epochs(loop, node, ctx) for loop in step_loops(node, ctx))
             # handed to another module's step loop (`train_one_epoch(model, loader)`) again and again
             and not any(_repeated_from(site.frame, set(), node, ctx) for site, _ in remote_step_loops(node, ctx))
+            # returned by this module's helper, then iterated every epoch elsewhere
+            and not any(again for _, again in returned_step_uses(node, ctx))
         ):
             return
         if from_command_line:

@@ -5,7 +5,7 @@ import libcst as cst
 from loopaudit.call_edits import TRUE, keyword_value, with_keyword
 from loopaudit.rule import Fix, Report, Rule
 
-from ._loaders import UNKNOWN, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, step_loops
+from ._loaders import UNKNOWN, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, returned_step_uses, step_loops
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -124,7 +124,10 @@ class DataLoaderWithoutPinMemory(Rule):
         pin = loader_argument(node, "pin_memory", ctx)
         if pin is UNKNOWN or (pin is not None and constant(pin, ctx) is not False):
             return
-        if not step_loops(node, ctx) and not remote_step_loops(node, ctx) and lightning_loader_role(node, ctx) is None:
+        if (
+            not step_loops(node, ctx) and not remote_step_loops(node, ctx) and not returned_step_uses(node, ctx)
+            and lightning_loader_role(node, ctx) is None
+        ):
             return
         what = "without `pin_memory=True`" if pin is None else "with `pin_memory=False`"
         # Fixable where the keyword is absent or written as a keyword (not the 8th positional).
