@@ -937,12 +937,4 @@ def _argument_at(call: cst.Call, name: str, position: int) -> cst.BaseExpression
 def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:
     """The expression `call` passes for `function`'s parameter `name`, if it can be told."""
     positional = function.positional_params
-    for index, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        if arg.keyword is not None:
-            if arg.keyword.value == name:
-                return arg.value
-        elif index < len(positional) and positional[index] == name:
-            return arg.value
-    return None
+    return _argument_at(call, name, positional.index(name) if name in positional else -1)

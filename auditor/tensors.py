@@ -21,7 +21,7 @@ from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope
 from .names import terminal_name
 from .patterns import FORWARD_CALLEE
 from .stepmodel import StepModel, argument_for
-from .walk import iter_subtree
+from .walk import holds
 
 
 class Kind(enum.Enum):
@@ -177,7 +177,7 @@ class TensorInference:
         if len(bindings) > 1:
             # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made:
             # a binding is never what its own right-hand side reads.
-            bindings = [b for b in bindings if not _holds(b.value, expr)] or bindings
+            bindings = [b for b in bindings if not holds(b.value, expr)] or bindings
         key = (id(owner), name)
         if key in self._busy:
             # `x = x.to(device)` or `loss = loss / n` refers to the name being decided: use what
@@ -347,7 +347,7 @@ class TensorInference:
         found = scope.lookup(iterable.value)
         if found is None or not found[0]:
             return False
-        reaching = [b for b in found[0] if not _holds(b.value, iterable)]
+        reaching = [b for b in found[0] if not holds(b.value, iterable)]
         if not reaching or any(b.kind not in ("loop", "element") for b in reaching):
             return False
         if len(reaching) == len(found[0]):
@@ -583,10 +583,6 @@ def _within(inner: LoopInfo | None, outer: LoopInfo) -> bool:
             return True
         inner = inner.parent_loop
     return False
-
-
-def _holds(root: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(inner is node for inner in iter_subtree(root))
 
 
 def _merge(kinds: list[Kind]) -> Kind:

@@ -102,3 +102,8 @@ def walk(
                 stack.append(name)
                 stack.append(node)
                 stack.append(marker)
+
+
+def holds(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Is `node` (this very node, not an equal one) `root` or inside it?"""
+    return any(inner is node for inner in iter_subtree(root))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
-from loopaudit.walk import iter_subtree
+from loopaudit.walk import holds, iter_subtree
 
 from ._loaders import moves_to_device
 
@@ -110,7 +110,7 @@ def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
     if found is None or found[1] is not ctx.scope:
         return None
     # `ids = ids.cuda()`: the move may rebind the name; what comes after it reads the moved tensor.
-    moves = [b for b in found[0] if b.kind == "value" and _holds_node(b.value, expr)]
+    moves = [b for b in found[0] if b.kind == "value" and holds(b.value, expr)]
     others = [b for b in found[0] if b not in moves]
     if len(others) != 1 or len(moves) > 1:
         return None
@@ -140,10 +140,6 @@ def _written_in_place(body: cst.CSTNode, name: str, ctx) -> bool:
             if isinstance(node.func.value, cst.Name) and node.func.value.value == name:
                 return True
     return False
-
-
-def _holds_node(root: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(inner is node for inner in iter_subtree(root))
 
 
 class CreatedOnHostThenMoved(Rule):
