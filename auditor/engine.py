@@ -102,7 +102,7 @@ def _analyze_bytes(
     return analyze_source(text, display_name, options, explicit=explicit, facts=facts, path=path)
 
 
-def passes_prefilter(text: str, options: ScanOptions) -> bool:
+def passes_prefilter(text: str, options: ScanOptions, in_project: bool = False) -> bool:
     """Could any of the enabled rules report something in `text`? (See prefilter.py.)"""
     source_rules = [rule for rule in options.rules if rule.node_types]
     return may_contain_findings(
@@ -110,6 +110,7 @@ def passes_prefilter(text: str, options: ScanOptions) -> bool:
         only_cuda_rules=all(rule.needs_cuda for rule in source_rules),
         extra_hooks=options.extra_hooks,
         stepless_hints=tuple(rule.text_hint for rule in source_rules if rule.text_hint),
+        in_project=in_project,
     )
 
 
@@ -133,7 +134,7 @@ def analyze_source(
     # A module other modules enter once per step, or hand their CUDA device, is analysed whatever it
     # looks like: its step loop, its torch import or its device may be in the caller.
     driven = facts is not None and (bool(facts.entered) or facts.cuda or facts.imports_training)
-    if not explicit and not driven and not passes_prefilter(text, options):
+    if not explicit and not driven and not passes_prefilter(text, options, in_project=facts is not None):
         return FileAnalysis([])
     try:
         module = cst.parse_module(text)

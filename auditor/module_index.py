@@ -535,3 +535,22 @@ __all__ = [
     "dotted_name",
     "terminal_name",
 ]
+
+
+def argument_at(call: cst.Call, name: str, position: int) -> cst.BaseExpression | None:
+    """What `call` passes for the parameter `name`, the `position`-th positional one (-1: keyword only)."""
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                return arg.value
+        elif index == position:
+            return arg.value
+    return None
+
+
+def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:
+    """The expression `call` passes for `function`'s parameter `name`, if it can be told."""
+    positional = function.positional_params
+    return argument_at(call, name, positional.index(name) if name in positional else -1)

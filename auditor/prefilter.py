@@ -44,15 +44,21 @@ def may_contain_findings(
     only_cuda_rules: bool,
     extra_hooks: frozenset[str] = frozenset(),
     stepless_hints: tuple[str, ...] = (),
+    in_project: bool = False,
 ) -> bool:
     """Could any enabled rule report something in `text`? `stepless_hints` are the text hints
-    (regular expressions) of the enabled rules that can report outside any step loop."""
-    if "torch" not in text:
-        return False
-    if any(re.search(hint, text) for hint in stepless_hints):
-        return True
-    if only_cuda_rules and not _CUDA_HINT.search(text):
-        return False
+    (regular expressions) of the enabled rules that can report outside any step loop.
+
+    `in_project`: the file is one module of a project scanned together. Its torch import and its CUDA
+    device may then be in another module (SPADE's trainer calls `loss.backward()` without importing
+    torch; its train.py never says "cuda"), so only the signs of step code count."""
+    if not in_project:
+        if "torch" not in text:
+            return False
+        if any(re.search(hint, text) for hint in stepless_hints):
+            return True
+        if only_cuda_rules and not _CUDA_HINT.search(text):
+            return False
     if any(hook in text for hook in extra_hooks):
         return True
     if _STEP_HINT.search(text) is not None:

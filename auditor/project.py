@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from .constants import At, setting_value
 from .module_index import FrameKind
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ class ProjectFacts:
     depends_on: tuple[str, ...] = ()  # the files these facts were derived from (what a cache keys on)
     # (qualname, parameter, kind): what the callers in other modules pass (a Kind's value, merged here)
     argument_kinds: tuple[tuple[str, str, str], ...] = ()
+    # (qualname, parameter, value): the setting (an int or bool, such as a worker count) that the callers
+    # in other modules pass for a parameter that a function of this module hands to a DataLoader
+    argument_values: tuple[tuple[str, str, object], ...] = ()
     # (qualname, parameter, "@file:Class"): the class of the object the callers pass
     argument_classes: tuple[tuple[str, str, str], ...] = ()
     # (call target as this module names it, (whole, element 0, ...) Kind values): what calls return
@@ -78,7 +82,7 @@ class ProjectFacts:
         about steps matter (CUDA and values change no finding there, and no summary)."""
         steps = (
             self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.returned_uses,
-            self.imports_training, self.active,
+            self.argument_values, self.imports_training, self.active,
         )
         if not self.active:
             return steps
@@ -118,6 +122,8 @@ class CallEdge:
     classes: tuple[tuple[str, str], ...] = ()
     # (element or -1, trains, again and again) for each step loop that iterates what the call returns
     result_uses: tuple[tuple[int, bool, bool], ...] = ()
+    # (position or keyword, value) of each argument that is a setting read statically (constants.py)
+    values: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ class FunctionFacts:
     step_work: bool
     params: tuple[str, ...] = ()  # positional parameters, `self` left out: position -> name
     iterates: tuple[tuple[str, bool], ...] = ()  # parameters a step loop of its own iterates, and whether it trains
+    loader_settings: tuple[str, ...] = ()  # parameters it passes on as a DataLoader's arguments (`num_workers=workers`)
 
 
 @dataclass(frozen=True)
@@ -174,17 +181,22 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         if target.startswith("*") and reason is None and site.frame.innermost_loop() is None:
             continue  # an untyped method call matters only where it may train or run per step
         per_step = describe(reason, site.call) if reason is not None else None
-        arguments, classes = [], []
+        arguments, classes, values = [], [], []
+        at = At(site.scope, index, steps)
         for position, arg in enumerate(site.call.args[:8]):
             if arg.star:
                 break
             key = arg.keyword.value if arg.keyword is not None else str(position)
             arguments.append((key, tensors.kind_at(arg.value, site.scope, site.frame).value))
+            value = setting_value(arg.value, at)
+            if type(value) in (int, bool):
+                values.append((key, value))
             cls = steps.class_of(arg.value, site.scope)
             if cls is not None:
                 classes.append((key, cls))
         edges.append(CallEdge(
             target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes), _result_uses(steps, site),
+            tuple(values),
         ))
     has_step_code = any(steps.is_step_loop(loop) for loop in index.loops) or any(
         steps.hook_name(function) is not None for function in index.functions
@@ -211,7 +223,21 @@ def _function_facts(steps: StepModel, function) -> FunctionFacts:
         steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function),
         function.positional_params,
         steps.iterated_params(function),
+        _loader_settings(steps, function),
     )
+
+
+def _loader_settings(steps: StepModel, function) -> tuple[str, ...]:
+    """The parameters `function` hands straight to a DataLoader: `DataLoader(ds, num_workers=workers)`."""
+    params = function.scope.params
+    found = set()
+    for site in function.all_calls:
+        qualified = steps.index.imports.qualify(site.call.func) or ""
+        if qualified.endswith("DataLoader"):
+            found.update(
+                arg.value.value for arg in site.call.args if isinstance(arg.value, cst.Name) and arg.value.value in params
+            )
+    return tuple(sorted(found))
 
 
 def _plain(node: cst.BaseExpression) -> str:
@@ -240,6 +266,10 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([
 
 
 _LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b", re.M)
+# A top-level class and the methods of its body (`def m(self`), read from the text of a file that was
+# not parsed: enough to tell which class a `sampler.update(...)` call enters.
+_CLASS = re.compile(r"class[ \t]+(\w+)")
+_METHOD = re.compile(r"([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\([ \t]*self\b")
 
 
 # Packages that are libraries wherever their sources sit: a call into them is never into the project.
@@ -257,7 +287,7 @@ class ProjectLayout:
         self.paths = sorted({os.path.abspath(p) for p in paths})
         self._by_name: dict[str, list[str]] = {}
         self._files = set(self.paths)
-        self._texts: dict[str, tuple[list[str], bool]] = {}
+        self._texts: dict[str, tuple[list[str], bool, tuple[str, ...]]] = {}
         # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
         self.methods: dict[str, list[tuple[str, str]]] = {}
         if not self.paths:
@@ -298,7 +328,11 @@ class ProjectLayout:
         """Does the file's text have a `for` or `while` loop?"""
         return self._read(path)[1]
 
-    def _read(self, path: str) -> tuple[list[str], bool]:
+    def methods_in_text(self, path: str) -> tuple[str, ...]:
+        """"Class.method" for the methods of the file's top-level classes, read from its text."""
+        return self._read(path)[2]
+
+    def _read(self, path: str) -> tuple[list[str], bool, tuple[str, ...]]:
         cached = self._texts.get(path)
         if cached is None:
             try:
@@ -307,7 +341,7 @@ class ProjectLayout:
             except OSError:
                 text = ""
             modules = [match.group(1) or match.group(2) for match in _IMPORT.finditer(text)]
-            cached = self._texts[path] = (modules, _LOOP.search(text) is not None)
+            cached = self._texts[path] = (modules, _LOOP.search(text) is not None, _text_methods(text))
         return cached
 
     @functools.cached_property
@@ -358,8 +392,10 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
     """Every module's facts from the modules' summaries (files without a summary were not analysed
     yet: the prefilter ruled them out; they get facts when another module enters them)."""
     layout.methods = {}
-    for path in sorted(summaries):
-        for qualname in summaries[path].functions:
+    for path in layout.paths:
+        # A file the prefilter ruled out has no summary yet: its methods are read from its text.
+        qualnames = summaries[path].functions if path in summaries else layout.methods_in_text(path)
+        for qualname in qualnames:
             cls, _, method = qualname.rpartition(".")
             if cls:
                 layout.methods.setdefault(method, []).append((path, qualname))
@@ -370,6 +406,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
     trains: dict[str, set[str]] = {}
     iterates: dict[str, set[tuple[str, str, int, bool]]] = {}
     returned: dict[str, set[tuple[str, int, bool, bool]]] = {}
+    values: dict[str, set[tuple[str, str, object]]] = {}
     loops: dict[str, set[str]] = {}
     work: dict[str, set[str]] = {}
     entered: dict[str, dict[str, str]] = {}
@@ -386,6 +423,11 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                     position = target.params.index(param) if param in target.params else -1
                     iterates.setdefault(path, set()).add((edge.target, param, position, trained))
                     depends.setdefault(path, set()).add(file)
+                for key, value in edge.values:
+                    name = target.params[int(key)] if key.isdigit() and int(key) < len(target.params) else key
+                    if name in target.loader_settings:
+                        values.setdefault(file, set()).add((qualname, name, value))
+                        depends.setdefault(file, set()).add(path)
             for element, trained, again in edge.result_uses:
                 returned.setdefault(file, set()).add((qualname, element, trained, again))
                 depends.setdefault(file, set()).add(path)
@@ -399,9 +441,14 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
     # that targets CUDA and runs code per step. Elsewhere they would only stir more rounds.
     # A module the prefilter ruled out counts as active once CUDA reaches it: it is analysed then, and
     # its summary says whether it has step code.
+    # A module that builds the DataLoaders step loops elsewhere iterate is active too: the loader rules
+    # report there.
     active = {
         path for path in layout.paths
-        if cuda.get(path) and (path in entered or path not in summaries or summaries[path].has_step_code)
+        if cuda.get(path) and (
+            path in entered or path in iterates or path in returned or path not in summaries
+            or summaries[path].has_step_code
+        )
     }
     kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
     classes: dict[str, dict[tuple[str, str], str]] = {}
@@ -440,6 +487,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             step_work=frozenset(work.get(path, ())),
             iterates=tuple(sorted(iterates.get(path, ()))),
             returned_uses=tuple(sorted(returned.get(path, ()))),
+            argument_values=tuple(sorted(values.get(path, ()), key=repr)),
             entered=tuple(sorted(entered.get(path, {}).items())),
             cuda=bool(cuda.get(path)),
             depends_on=tuple(sorted(depends.get(path, set()) - {path})),
@@ -472,10 +520,36 @@ def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, Modul
         yield edge, file, qualname
 
 
+def _text_methods(text: str) -> tuple[str, ...]:
+    found = []
+    owner, indent = None, None
+    for line in text.splitlines():
+        if line[:1] not in ("", " ", "\t", "#", ")", "]", "}", '"', "'"):
+            match = _CLASS.match(line)
+            owner, indent = (match.group(1) if match else None), None  # a new top-level statement
+            continue
+        method = _METHOD.match(line) if owner is not None else None
+        if method is not None:
+            indent = indent or method.group(1)  # the class body's level; nested defs are deeper
+            if method.group(1) == indent:
+                found.append(f"{owner}.{method.group(2)}")
+    return tuple(found)
+
+
 def _cuda_closure(resolved, summaries: dict[str, ModuleSummary]) -> dict[str, bool]:
     """CUDA flows from a module that targets it into the modules it calls per step, hands a device
-    to, or takes a DataLoader from that its step loops then iterate."""
+    to, or takes a DataLoader from that its step loops then iterate. It also flows up, to a module whose
+    steps call into one that targets CUDA itself (train.py's loop calling a trainer whose model is moved
+    with `.cuda()`): that loop drives the GPU. Only up from a module's own evidence, not from what
+    flowed down into it: a helper that one CUDA script calls says nothing about its other callers."""
     cuda = {path: summary.cuda for path, summary in summaries.items()}
+    changed = True
+    while changed:
+        changed = False
+        for path, edges in resolved.items():
+            if not cuda.get(path) and any(edge.per_step and cuda.get(file) for edge, file, _ in edges):
+                cuda[path] = True
+                changed = True
     changed = True
     while changed:
         changed = False

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .module_index import Binding, CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope
+from .module_index import (
+    Binding, CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope, argument_at, argument_for,
+)
 from .project import ProjectFacts
 from .names import dotted_name, terminal_name
 from .patterns import (
@@ -525,9 +527,9 @@ class StepModel:
         for x, y in data_loader:`), each with whether that loop trains."""
         found: dict[str, bool] = {}
         for loop in function.loops:
-            if not isinstance(loop.node, cst.For) or not self.is_step_loop(loop):
+            if not self.is_step_loop(loop):
                 continue
-            for expr in unwrap_iterable(loop.node.iter):
+            for expr in drawn_from(loop):
                 if isinstance(expr, cst.Name) and expr.value in function.scope.params and expr.value not in function.scope.assignments:
                     found[expr.value] = found.get(expr.value, False) or self.loop_trains(loop)
         return tuple(sorted(found.items()))
@@ -548,7 +550,7 @@ class StepModel:
         found = []
         for site in self.index.calls:
             for param, position, trains in wanted.get(self.external_target(site) or "", ()):
-                argument = _argument_at(site.call, param, position)
+                argument = argument_at(site.call, param, position)
                 if argument is not None and self.refers_to(argument, name, scope, site.scope):
                     found.append((site, trains))
         return found
@@ -559,9 +561,9 @@ class StepModel:
         the name is bound inside a loop, so a new value comes with each pass."""
         uses = []
         for loop in self.index.loops:
-            if not isinstance(loop.node, cst.For) or not self.is_step_loop(loop):
+            if not self.is_step_loop(loop):
                 continue
-            if any(self._refers_to(expr, name, scope, loop.scope, 0) for expr in unwrap_iterable(loop.node.iter)):
+            if any(self._refers_to(expr, name, scope, loop.scope, 0) for expr in drawn_from(loop)):
                 uses.append((self.loop_trains(loop), not made_in_loop and self.in_epoch_loop(loop)))
         for site, trains in self._remote_uses(name, scope):
             uses.append((trains, not made_in_loop and self._inside_loop(site.frame, frozenset())))
@@ -574,21 +576,25 @@ class StepModel:
         if self.facts is None or not self.facts.returned_uses:
             return []
         bound = self.index.bound_names.get(id(value))
-        if bound is None or bound[1].function is None:
-            return []
-        name, scope = bound
-        function = self.function_info(scope.function)
+        if bound is not None:
+            name, scope = bound
+            function = self.function_info(scope.function) if scope.function is not None else None
+
+            def is_ours(expr: cst.BaseExpression) -> bool:
+                return isinstance(expr, cst.Name) and expr.value == name
+        else:  # `return DataLoader(...)`
+            function = self.returning(value)
+
+            def is_ours(expr: cst.BaseExpression) -> bool:
+                return expr is value
         if function is None:
             return []
         elements = set()
         for returned in function.returns:
-            if isinstance(returned, cst.Name) and returned.value == name:
+            if is_ours(returned):
                 elements.add(-1)
             elif isinstance(returned, cst.Tuple):
-                elements.update(
-                    i for i, element in enumerate(returned.elements)
-                    if isinstance(element.value, cst.Name) and element.value.value == name
-                )
+                elements.update(i for i, element in enumerate(returned.elements) if is_ours(element.value))
         return [
             (trains, again) for qualname, element, trains, again in self.facts.returned_uses
             if qualname == function.qualname and element in elements
@@ -664,23 +670,31 @@ class StepModel:
 
     # --- loaders -------------------------------------------------------------------------------
 
-    def loops_over(self, value: cst.BaseExpression) -> list[LoopInfo]:
+    def loops_over(self, value: cst.BaseExpression, depth: int = 0) -> list[LoopInfo]:
         """The loops that iterate what `value` (say a `DataLoader(...)` call) evaluates to: through the
         name it is bound to (`train_loader = DataLoader(...)`), `self.<name>`, or a parameter of a
         function whose call sites pass that name (`train(model, train_loader)`)."""
         bound = self.bound_name(value)
         if bound is None:
-            return []
+            # `def make_loader(): return DataLoader(...)`: what each call of the maker is bound to.
+            maker = self.returning(value)
+            if maker is None or depth > 2 or not any(r is value for r in maker.returns):
+                return []  # (an element of a returned tuple would need the unpacking followed)
+            return [loop for site in maker.call_sites[:8] for loop in self.loops_over(site.call, depth + 1)]
         name, scope = bound
         found = []
         for loop in self.index.loops:
-            if not isinstance(loop.node, cst.For):
-                continue
-            for expr in unwrap_iterable(loop.node.iter):
-                if self._refers_to(expr, name, scope, loop.scope, depth=0):
-                    found.append(loop)
-                    break
+            if any(self._refers_to(expr, name, scope, loop.scope, depth=0) for expr in drawn_from(loop)):
+                found.append(loop)
         return found
+
+    def returning(self, value: cst.BaseExpression) -> FunctionInfo | None:
+        """The function whose `return` statement gives back `value` itself (or as an element of a tuple)."""
+        for function in self.index.functions:
+            for returned in function.returns:
+                if returned is value or (isinstance(returned, cst.Tuple) and any(e.value is value for e in returned.elements)):
+                    return function
+        return None
 
     def bound_name(self, value: cst.BaseExpression) -> tuple[str, Scope] | None:
         """What the value of this expression is called, and where: the name it is assigned to, or the
@@ -731,8 +745,9 @@ class StepModel:
             return True
         if depth < 3 and any(self._returned_by(b, name, scope, depth) for b in bindings):
             return True
-        if depth < 3 and not bindings and expr.value in owner.params and owner.function is not None:
-            # a parameter: does any call site pass our name for it?
+        if depth < 3 and expr.value in owner.params and owner.function is not None:
+            # a parameter (perhaps rebound later, `loader = sample_data(loader)`, but read as passed first):
+            # does any call site pass our name for it?
             function = self.function_info(owner.function)
             if function is None:
                 return False
@@ -911,6 +926,18 @@ def looks_like_class(name: str) -> bool:
     return name[:1].isupper() and any(c.islower() for c in name) and re.search(r"_[a-z]", name) is None
 
 
+def drawn_from(loop: LoopInfo) -> list[cst.BaseExpression]:
+    """What the loop draws its items from: the parts of a `for` loop's iterable (`tqdm(loader)` gives
+    the call and `loader`), and what `next(...)` reads in its body (`for i in range(n): x = next(it)`)."""
+    drawn = list(unwrap_iterable(loop.node.iter)) if isinstance(loop.node, cst.For) else []
+    drawn += [
+        site.call.args[0].value
+        for site in loop.direct_calls
+        if isinstance(site.call.func, cst.Name) and site.call.func.value == "next" and site.call.args
+    ]
+    return drawn
+
+
 def _on_every_iteration(frame: Frame | None, loop_frame: Frame) -> bool:
     """Does code in `frame` run on (most) iterations of the loop whose body is `loop_frame`: not under a
     periodic guard or in a rare branch between the two?"""
@@ -919,22 +946,3 @@ def _on_every_iteration(frame: Frame | None, loop_frame: Frame) -> bool:
             return False
         frame = frame.parent
     return True
-
-
-def _argument_at(call: cst.Call, name: str, position: int) -> cst.BaseExpression | None:
-    """What `call` passes for the parameter `name`, the `position`-th positional one (-1: keyword only)."""
-    for index, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        if arg.keyword is not None:
-            if arg.keyword.value == name:
-                return arg.value
-        elif index == position:
-            return arg.value
-    return None
-
-
-def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:
-    """The expression `call` passes for `function`'s parameter `name`, if it can be told."""
-    positional = function.positional_params
-    return _argument_at(call, name, positional.index(name) if name in positional else -1)

@@ -224,6 +224,9 @@ class TensorInference:
             return Kind.HOST_TENSOR if hook.startswith("ignite") else Kind.TENSOR
         if owner is None or function.name.value != "forward" or not self.steps.is_torch_module(owner):
             return self._argument_kind(name, info, depth) if info is not None else Kind.UNKNOWN
+        passed = _merge(self._passed_elsewhere(name, info)) if info is not None else Kind.UNKNOWN
+        if passed is not Kind.UNKNOWN:
+            return passed  # callers in other modules say what they hand the model (SPADE: the raw batch)
         for param in (*function.params.posonly_params, *function.params.params):
             if param.name.value != name:
                 continue
@@ -244,10 +247,14 @@ class TensorInference:
             self.kind(argument, scope, depth) if argument is not None else Kind.UNKNOWN
             for argument, scope in self.arguments_for(name, function)
         ]
+        return _merge(kinds + self._passed_elsewhere(name, function))
+
+    def _passed_elsewhere(self, name: str, function) -> list[Kind]:
+        """What the call sites in other modules pass for parameter `name` (project.py)."""
         facts = self.steps.facts
-        if facts is not None and facts.argument_kinds:
-            kinds += [Kind(kind) for qualname, param, kind in facts.argument_kinds if param == name and qualname == function.qualname]
-        return _merge(kinds)
+        if facts is None or not facts.argument_kinds:
+            return []
+        return [Kind(kind) for qualname, param, kind in facts.argument_kinds if param == name and qualname == function.qualname]
 
     def arguments_for(self, name: str, function) -> list[tuple[cst.BaseExpression | None, Scope]]:
         """The expression each of the module's call sites of `function` passes for parameter `name`
@@ -502,6 +509,8 @@ class TensorInference:
         if isinstance(func, cst.Name):
             if func.value in _PY_NON_TENSOR_CALLS:
                 return Kind.NOT_TENSOR
+            if func.value == "next" and expr.args and self.steps.is_loader(expr.args[0].value, scope):
+                return Kind.HOST_TENSOR  # `batch = next(train_iter)`: a batch as the loader yields it
             if func.value in self.index.classes:
                 return Kind.UNKNOWN  # constructing one of the module's own classes
             if FORWARD_CALLEE.search(func.value) or self._is_model_instance(func.value, scope):

@@ -41,3 +41,12 @@ def test_the_prefilter_rules_out_files_without_torch_or_steps():
         'import torch\ndef f():\n    """Example:\n\n    >>> loss.backward()\n    """\n    return torch.cuda.is_available()\n',
         only_cuda_rules=True,
     )
+
+
+def test_in_a_project_the_torch_import_and_the_device_may_be_in_another_module():
+    # SPADE's trainer: it trains, but never imports torch nor names CUDA; its model module does both.
+    trainer = "from models import Pix2Pix\nclass Trainer:\n    def step(self, data):\n        loss = self.model(data)\n        loss.backward()\n"
+    assert not may_contain_findings(trainer, only_cuda_rules=True)
+    assert may_contain_findings(trainer, only_cuda_rules=True, in_project=True)
+    # Still no step code, still ruled out.
+    assert not may_contain_findings("import torch\nx = torch.ones(3).cuda()\n", only_cuda_rules=True, in_project=True)

@@ -40,8 +40,10 @@ def expected(root: Path) -> set[tuple[str, int, str]]:
     return marks
 
 
-def scan(root: Path, jobs: int = 1):
-    items = [(str(p), p.relative_to(root).as_posix(), True, OPTIONS) for p in sorted(root.rglob("*.py"))]
+def scan(root: Path, jobs: int = 1, named: bool = True):
+    """`named`: the files are named one by one (always parsed); else found by walking the folder, where
+    the prefilter may skip a file until the project analysis needs it."""
+    items = [(str(p), p.relative_to(root).as_posix(), named, OPTIONS) for p in sorted(root.rglob("*.py"))]
     return analyze_many(items, jobs).findings
 
 
@@ -345,13 +347,135 @@ PROJECTS = {
                         output = model(input.cuda(non_blocking=True))
             """,
     },
+    "a worker count passed from another module's command line reaches the helper's DataLoader": {
+        "train.py": """
+            import argparse
+            import torch
+            from data import get_loaders
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--num_workers", type=int, default=8)
+            opt = parser.parse_args()
+            train_loader, val_loader = get_loaders(batch_size=64, num_workers=opt.num_workers)
+            model = Net().cuda()
+            for epoch in range(100):
+                for x, y in train_loader:
+                    loss = model(x.cuda(non_blocking=True)).sum()
+                    loss.backward()
+                    optimizer.step()
+                for x, y in val_loader:
+                    out = model(x.cuda(non_blocking=True))
+            """,
+        "data.py": """
+            from torch.utils.data import DataLoader
+
+            def get_loaders(batch_size=128, num_workers=4):
+                train_loader = DataLoader(train_set, batch_size=batch_size, num_workers=num_workers, pin_memory=True)  # expect: LA204
+                val_loader = DataLoader(val_set, batch_size=batch_size, num_workers=int(num_workers / 2),  # expect: LA204
+                                        pin_memory=True)
+                return train_loader, val_loader
+            """,
+    },
+    "CUDA reached in a callee makes the caller's loop a CUDA loop (SPADE: train.py never says cuda)": {
+        "train.py": """
+            import data
+            from trainer import Trainer
+            loader = data.create_dataloader(opt)
+            trainer = Trainer(opt)
+            for epoch in range(10):
+                for i, data_i in enumerate(loader):
+                    trainer.run_step(data_i)
+            """,
+        "data/__init__.py": """
+            import torch.utils.data
+
+            def create_dataloader(opt):
+                dataset = make_dataset(opt)
+                return torch.utils.data.DataLoader(dataset, batch_size=opt.batch_size, num_workers=0)  # expect: LA201, LA203
+            """,
+        "trainer.py": """
+            from model import Pix2Pix
+
+            class Trainer:
+                def __init__(self, opt):
+                    self.model = Pix2Pix(opt)
+
+                def run_step(self, data):
+                    loss = self.model(data)
+                    loss.backward()
+                    self.optimizer.step()
+                    self.last = loss.item()  # expect: LA101
+            """,
+        "model.py": """
+            import torch
+
+            class Pix2Pix(torch.nn.Module):
+                def forward(self, data):
+                    image = data["image"].cuda()  # expect: LA202
+                    return self.net(image).mean()
+            """,
+    },
+    "a method reached only through an untyped attribute, in a module the prefilter skips": {
+        "train_util.py": """
+            import torch
+            from resample import LossAwareSampler
+
+            class TrainLoop:
+                def __init__(self, model, sampler):
+                    self.model = model.cuda()
+                    self.sampler = sampler
+
+                def run(self):
+                    for batch in self.loader:
+                        losses = self.model(batch.cuda(non_blocking=True))
+                        losses.mean().backward()
+                        self.opt.step()
+                        if isinstance(self.sampler, LossAwareSampler):
+                            self.sampler.update_with_local_losses(losses.detach())
+            """,
+        "resample.py": """
+            import torch as th
+
+            class LossAwareSampler:
+                def update_with_local_losses(self, local_losses):
+                    losses = [x.item() for x in local_losses]  # expect: LA101
+                    padded = th.zeros(len(losses)).to(local_losses)  # expect: LA205
+                    self.update_with_all_losses(losses)
+            """,
+    },
+    "a batch drawn with next() from an endless generator over the loader": {
+        "train.py": """
+            import torch
+            from torch.utils import data
+            from stream import sample_data
+
+            def train(loader, generator, device):
+                loader = sample_data(loader)
+                for i in range(100_000):
+                    real_img = next(loader)
+                    real_img = real_img.to(device)  # expect: LA202
+                    loss = generator(real_img).mean()
+                    loss.backward()
+                    optimizer.step()
+
+            device = "cuda"
+            loader = data.DataLoader(dataset, batch_size=16, num_workers=0)  # expect: LA201, LA203
+            train(loader, Generator().to(device), device)
+            """,
+        "stream.py": """
+            def sample_data(loader):
+                while True:
+                    for batch in loader:
+                        yield batch
+            """,
+    },
 }
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["files named", "folder walked"])
 @pytest.mark.parametrize("name", sorted(PROJECTS))
-def test_project(tmp_path, name):
+def test_project(tmp_path, name, named):
     write_project(tmp_path, PROJECTS[name])
-    assert found(scan(tmp_path)) == expected(tmp_path)
+    assert found(scan(tmp_path, named=named)) == expected(tmp_path)
 
 
 def test_a_callee_scanned_alone_keeps_the_single_file_behaviour(tmp_path):

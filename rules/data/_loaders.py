@@ -10,13 +10,12 @@ import libcst as cst
 from loopaudit.module_index import FrameKind, LoopInfo
 from loopaudit.names import dotted_name, terminal_name
 from loopaudit.patterns import unwrap_iterable
-from loopaudit.stepmodel import argument_for
+from loopaudit.constants import UNKNOWN, command_line_default, constant
 from loopaudit.tensors import Kind
 from loopaudit.walk import iter_subtree
 
 # Positions of DataLoader's positional parameters (persistent_workers is keyword-only).
 _POSITIONS = {"num_workers": 5, "pin_memory": 7}
-UNKNOWN = object()  # an argument that is passed but cannot be read statically (`**kwargs`)
 
 
 # Libraries whose `DataLoader` is torch's (or a subclass of it, with the same arguments). DGL's
@@ -101,93 +100,6 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
                 entries.update(part)
         return entries
     return None
-
-
-def _without_int(expr):
-    """`int(opt.workers)` -> `opt.workers`: the cast changes nothing these rules read."""
-    if isinstance(expr, cst.Call) and terminal_name(expr.func) == "int" and len(expr.args) == 1:
-        return expr.args[0].value
-    return expr
-
-
-def constant(expr, ctx, depth: int = 0):
-    """The value of a literal (`True`, `0`, `4`), or of a name bound only to the same literal; else UNKNOWN."""
-    expr = _without_int(expr)
-    if isinstance(expr, cst.Name):
-        if expr.value in ("True", "False", "None"):
-            return {"True": True, "False": False, "None": None}[expr.value]
-        if depth >= 2:
-            return UNKNOWN
-        found = ctx.scope.lookup(expr.value)
-        if not found or not found[0] or expr.value in found[1].params:
-            return UNKNOWN
-        values = [constant(b.value, ctx, depth + 1) if b.kind == "value" else UNKNOWN for b in found[0]]
-        if any(value is UNKNOWN for value in values) or len(set(values)) != 1:
-            return UNKNOWN
-        return values[0]
-    if isinstance(expr, cst.Integer):
-        return int(expr.evaluated_value)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
-        return -int(expr.expression.evaluated_value)
-    return UNKNOWN
-
-
-def command_line_default(expr, ctx):
-    """`args.workers` -> 4 when the module declares `parser.add_argument("-j", "--workers", default=4)`
-    (once, with a literal default): what the script runs with unless told otherwise. Else UNKNOWN."""
-    expr = _without_int(expr)
-    if isinstance(expr, cst.Name):
-        return _passed_command_line_default(expr.value, ctx)
-    if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
-        return UNKNOWN
-    return _argparse_defaults(ctx).get(expr.attr.value, UNKNOWN)
-
-
-def _passed_command_line_default(name: str, ctx):
-    """`def make_loader(path, n_cpu): DataLoader(..., num_workers=n_cpu)` called as
-    `make_loader(path, args.n_cpu)` (YOLOv3): the default of what every call site passes."""
-    found = ctx.scope.lookup(name)
-    if not found or found[0] or name not in found[1].params or found[1].function is None:
-        return UNKNOWN
-    function = ctx.steps.function_info(found[1].function)
-    if function is None or not function.call_sites:
-        return UNKNOWN
-    values = set()
-    for site in function.call_sites[:8]:
-        argument = argument_for(function, name, site.call)
-        argument = _without_int(argument) if argument is not None else None
-        if not (isinstance(argument, cst.Attribute) and isinstance(argument.value, cst.Name)):
-            return UNKNOWN
-        values.add(_argparse_defaults(ctx).get(argument.attr.value, UNKNOWN))
-    return values.pop() if len(values) == 1 else UNKNOWN
-
-
-def _argparse_defaults(ctx) -> dict:
-    cached = getattr(ctx.index, "_la2_argparse_defaults", None)
-    if cached is not None:
-        return cached
-    defaults: dict = {}
-    for site in ctx.index.calls:
-        call = site.call
-        if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_argument":
-            continue
-        options = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
-        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-        dest_expr = keywords.get("dest")
-        if isinstance(dest_expr, cst.SimpleString):
-            dest = dest_expr.evaluated_value
-        else:
-            long_options = [o for o in options if isinstance(o, str) and o.startswith("--")]
-            dest = long_options[0][2:].replace("-", "_") if long_options else None
-        if not dest:
-            continue
-        default = keywords.get("default")
-        value = constant(default, ctx, depth=2) if default is not None else UNKNOWN
-        if dest in defaults and defaults[dest] != value:
-            value = UNKNOWN  # declared twice with different defaults
-        defaults[dest] = value
-    ctx.index._la2_argparse_defaults = defaults  # computed once per file
-    return defaults
 
 
 def step_loops(call: cst.Call, ctx) -> list[LoopInfo]:
@@ -287,6 +199,8 @@ def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool
         return False
     if isinstance(expr, cst.Attribute) and ctx.qualified_name(expr) is not None:
         return False  # `torch.float16`, `torch.long`: a dtype
+    if depth == 0 and ctx.kind(expr) is Kind.TENSOR:
+        return True  # `.to(local_losses)`: to the device (and dtype) of a tensor on the GPU
     if isinstance(expr, cst.Name) and depth < 2:
         found = ctx.scope.lookup(expr.value)
         if found and found[0]:
@@ -400,6 +314,8 @@ _FACTORIES = frozenset({
     "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty", "full", "arange", "linspace",
     "logspace", "rand", "randn", "randint", "randperm", "eye",
 })
+# Factories that convert data they are given (rather than make a new tensor).
+_CONVERSIONS = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
 # Framework calls that hand a loader back wrapped so that its batches arrive on the device.
 _PREPARE_METHODS = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
 
@@ -414,11 +330,23 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
     if not qualified.startswith("torch.") or qualified.startswith("torch.utils."):
         return False
     first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
+    if qualified[6:] in _CONVERSIONS and first is not None and _drawn_from_loader(first, ctx):
+        return False  # `torch.from_numpy(batch["image"])`: the batch itself, converted
     if _is_factory(expr, ctx) or first is None or len(seen) > 3:
         return True
     seen = seen | {id(expr)}
     origins = [origin for origin in _origins(first, ctx) if id(origin) not in seen]  # `x = torch.cat(x)`
     return all(_computed_by_torch(origin, ctx, seen) or _is_constant_data(origin) for origin in origins)
+
+
+def _drawn_from_loader(expr: cst.BaseExpression, ctx) -> bool:
+    """Does `expr` come from a loader: an item of a loop over one, or `next(train_iter)`?"""
+    for origin in _origins(expr, ctx):
+        if isinstance(origin, cst.Call) and isinstance(origin.func, cst.Name) and origin.func.value == "next":
+            origin = origin.args[0].value if origin.args else origin
+        if ctx.steps.is_loader(origin, ctx.scope):
+            return True
+    return False
 
 
 def _is_constant_data(expr: cst.BaseExpression) -> bool:

@@ -37,7 +37,8 @@ class BlockingBatchCopy(Rule):
         "`.to(device)` and `.cuda()` of batch data (a tensor that comes from a DataLoader and has not been "
         "moved yet) in code that runs once per training or evaluation step of a CUDA script, when "
         "`non_blocking=True` is not passed. This includes moves inside a comprehension over the batch, "
-        "such as `{k: v.to(device) for k, v in batch.items()}`. Moving the model or a module "
+        "such as `{k: v.to(device) for k, v in batch.items()}`, batches drawn with `next(train_iter)`, and "
+        "batches converted first (`torch.from_numpy(batch[\"image\"]).to(device)`). Moving the model or a module "
         "(`model.to(device)`), dtype conversions (`.to(torch.float16)`), `.to(\"cpu\")` and moves of "
         "tensors the script creates itself (LA205) are not flagged."
     )
@@ -99,6 +100,17 @@ class BlockingBatchCopy(Rule):
         "model.to(device)\n",
     )
     invalid = (
+        # Batches drawn with `next()` from an endless iterator, and a batch converted from NumPy.
+        "import torch\n"
+        "device = 'cuda'\n"
+        "train_iter = iter(train_loader)\n"
+        "for step in range(100_000):\n"
+        "    batch = next(train_iter)\n"
+        "    images = batch.to(device)  # expect: LA202\n"
+        "    labels = torch.from_numpy(batch_labels(batch).numpy()).to(device)  # expect: LA202\n"
+        "    loss = criterion(model(images), labels)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         "import torch\n"
         "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
         "for epoch in range(10):\n"

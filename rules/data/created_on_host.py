@@ -154,7 +154,7 @@ class CreatedOnHostThenMoved(Rule):
     )
     what_it_flags = (
         "In code that runs once per step of a CUDA script, a tensor made by a `torch` factory without "
-        "`device=` and then moved with `.to(device)` or `.cuda()`, possibly through dtype or shape methods "
+        "`device=` and then moved with `.to(device)`, `.to(other_gpu_tensor)` or `.cuda()`, possibly through dtype or shape methods "
         "in between: `torch.arange(n).to(device)`, `torch.ones(b, 1).float().cuda()`, "
         "`torch.randn(shape).to(device)`, `torch.triu(torch.full((t, t), -inf), 1).to(device)`, and `torch.tensor(...)` / `torch.as_tensor(...)` of a literal "
         "constant (`torch.tensor(0.5).cuda()`, `torch.tensor([1.0, 2.0]).to(device)`). Not flagged: "
@@ -262,7 +262,8 @@ class CreatedOnHostThenMoved(Rule):
         "class Net(torch.nn.Module):\n"
         "    def forward(self, x):\n"
         "        noise = torch.randn(x.shape).to(x.device)  # expect: LA205\n"
-        "        return self.body(x + noise)\n"
+        "        scale = torch.ones(x.size(0)).to(x)  # expect: LA205\n"
+        "        return self.body(x + noise) * scale\n"
         "model = Net().cuda()\n"
         "for x, y in train_loader:\n"
         "    loss = model(x.cuda(non_blocking=True)).sum()\n"

@@ -4,9 +4,8 @@ import libcst as cst
 
 from loopaudit.module_index import FrameKind
 from loopaudit.names import terminal_name
-from loopaudit.patterns import unwrap_iterable
 from loopaudit.rule import Report, Rule
-from loopaudit.stepmodel import argument_for
+from loopaudit.stepmodel import argument_for, drawn_from
 
 from ._loaders import (
     UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, returned_step_uses,
@@ -18,7 +17,7 @@ def _reused_across_epochs(loop, node, ctx) -> bool:
     """Is the loader made once and iterated again and again? Some loop must repeat the iteration
     without repeating the `DataLoader(...)` call: a loader built inside `validate()` is a new one at
     every call, and keeping its workers alive would not help."""
-    iterated = {name for expr in unwrap_iterable(loop.node.iter) if (name := terminal_name(expr))}
+    iterated = {name for expr in drawn_from(loop) if (name := terminal_name(expr))}
     return _repeated_from(loop.frame.parent, iterated, node, ctx)
 
 
@@ -82,7 +81,9 @@ class WorkersRespawnedEachEpoch(Rule):
     what_it_flags = (
         "A `DataLoader(...)` of a CUDA script with a `num_workers` that is a positive number (a literal, "
         "a name bound only to one, or a command-line option whose `add_argument(..., default=4)` the "
-        "script declares), when `persistent_workers` is not passed or is `False`, and a step loop "
+        "script declares; also a helper's parameter that every caller, in this module or another of the "
+        "scanned project, fills with such a value, and simple arithmetic on it such as "
+        "`int(num_workers / 2)`), when `persistent_workers` is not passed or is `False`, and a step loop "
         "iterates the same loader object again and again: inside an epoch loop, or in a function called "
         "from one. Also the loaders a LightningModule or LightningDataModule returns from "
         "`train_dataloader()` / `val_dataloader()`. A loader built anew at each call (inside "
@@ -180,15 +181,20 @@ class WorkersRespawnedEachEpoch(Rule):
         "def create_loader(path, batch_size, n_cpu):\n"
         "    loader = DataLoader(Images(path), batch_size=batch_size, num_workers=n_cpu, pin_memory=True)  # expect: LA204\n"
         "    return loader\n"
+        "def create_test_loader(path, batch_size, n_cpu):\n"
+        "    return DataLoader(Images(path), batch_size=batch_size, num_workers=int(n_cpu / 2), pin_memory=True)  # expect: LA204\n"
         "parser = argparse.ArgumentParser()\n"
         "parser.add_argument('--n_cpu', type=int, default=8)\n"
         "args = parser.parse_args()\n"
         "loader = create_loader('train.txt', 16, args.n_cpu)\n"
+        "test_loader = create_test_loader('test.txt', 16, args.n_cpu)\n"
         "for epoch in range(100):\n"
         "    for imgs, targets in loader:\n"
         "        loss = model(imgs.cuda(non_blocking=True)).sum()\n"
         "        loss.backward()\n"
-        "        optimizer.step()\n",
+        "        optimizer.step()\n"
+        "    for imgs, targets in test_loader:\n"
+        "        out = model(imgs.cuda(non_blocking=True))\n",
         # A loader made by a helper and handed back in a tuple (tacotron2's prepare_dataloaders).
         "import torch\n"
         "from torch.utils.data import DataLoader\n"
