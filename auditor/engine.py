@@ -133,7 +133,7 @@ def analyze_source(
     source_rules = [rule for rule in options.rules if rule.node_types]
     # A module other modules enter once per step, or hand their CUDA device, is analysed whatever it
     # looks like: its step loop, its torch import or its device may be in the caller.
-    driven = facts is not None and (bool(facts.entered) or facts.cuda or facts.imports_training)
+    driven = facts is not None and (bool(facts.entered) or facts.cuda or facts.imports_training or facts.reached)
     if not explicit and not driven and not passes_prefilter(text, options, in_project=facts is not None):
         return FileAnalysis([])
     try:

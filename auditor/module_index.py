@@ -22,7 +22,7 @@ import libcst as cst
 
 from .names import ImportTable, dotted_name, terminal_name
 from .walk import walk
-from .patterns import is_periodic_test, is_rare_branch, is_training_call
+from .patterns import is_cpu_only_test, is_periodic_test, is_rare_branch, is_training_call
 
 
 class FrameKind(enum.Enum):
@@ -248,7 +248,7 @@ class _Indexer:
             if is_periodic_test(node.test, self.loop, self.periodic_names):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
-            if is_rare_branch(node.body):
+            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_cpu_only_test(node.test):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
         elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)) and attribute == "body":

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from .names import ImportTable, terminal_name
+from .names import ImportTable, dotted_name, terminal_name
 from .walk import iter_subtree
 
 if TYPE_CHECKING:
@@ -135,9 +135,11 @@ def _is_first_n_guard(comparison: cst.Comparison, loop_variables: set[str]) -> b
     )
 
 
-def is_rare_branch(body: cst.BaseSuite) -> bool:
+def is_rare_branch(body: cst.BaseSuite, in_loop: bool = True) -> bool:
     """An `if` body that leaves the loop, the function or the program (raise, break, return, exit):
-    on the per-step path it runs at most once, so it is not per-step."""
+    on the per-step path it runs at most once, so it is not per-step. `in_loop`: the `if` is inside a
+    loop of its function. Outside one, a `return` ends only this call: in a helper called once per
+    step (`if isinstance(x, Tensor): return x.cpu()`), that branch is as per-step as the rest."""
     if not isinstance(body, cst.IndentedBlock) or not body.body:
         statements = getattr(body, "body", ())
     else:
@@ -147,13 +149,28 @@ def is_rare_branch(body: cst.BaseSuite) -> bool:
     last = statements[-1]
     small = last.body if isinstance(last, cst.SimpleStatementLine) else ()
     for statement in small:
-        if isinstance(statement, (cst.Raise, cst.Break, cst.Return)):
+        if isinstance(statement, (cst.Raise, cst.Break)) or (in_loop and isinstance(statement, cst.Return)):
             return True
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             name = terminal_name(statement.value.func)
             if name in {"exit", "_exit", "abort"}:
                 return True
     return False
+
+
+def is_cpu_only_test(test: cst.BaseExpression) -> bool:
+    """`if mode == "cpu":`, `if device.type == 'cpu':`, `if not torch.cuda.is_available():`: a branch
+    that a run on the GPU does not take (YOLOX's CPU fallback after an out-of-memory error)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        return isinstance(inner, cst.Call) and dotted_name(inner.func) in ("torch.cuda.is_available", "cuda.is_available")
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    if not isinstance(target.operator, (cst.Equal, cst.Is)):
+        return False
+    sides = (test.left, target.comparator)
+    return any(isinstance(side, cst.SimpleString) and side.evaluated_value == "cpu" for side in sides)
 
 
 def runs_once(node: cst.For | cst.While) -> bool:

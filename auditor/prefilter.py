@@ -27,6 +27,7 @@ _STEP_HINT = re.compile(
     r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)",
     re.M,
 )
+_MODULE_CLASS = re.compile(r"^class[ \t]+\w+[ \t]*\([^)\n]*\bModule\b", re.M)
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
 # `pbar = tqdm(loaders[0])`: a name bound to something wrapping a variable named like a data loader
 # (`loaders`, `train_loader`, `dataloader`; not an import machinery's `spec.loader`).
@@ -59,6 +60,8 @@ def may_contain_findings(
             return True
         if only_cuda_rules and not _CUDA_HINT.search(text):
             return False
+    elif _MODULE_CLASS.search(text):
+        return True  # the project's models: what other modules' steps call, and the classes they build
     if any(hook in text for hook in extra_hooks):
         return True
     if _STEP_HINT.search(text) is not None:

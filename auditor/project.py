@@ -28,13 +28,14 @@ import libcst as cst
 
 from .constants import At, setting_value
 from .module_index import FrameKind
+from .names import dotted_name
 
 if TYPE_CHECKING:
     from .module_index import ModuleIndex
     from .stepmodel import StepModel
     from .tensors import TensorInference
 
-MAX_ROUNDS = 6  # each round settles one more link of a cross-module call chain
+MAX_ROUNDS = 10  # each round settles one more link of a cross-module call chain
 # A function is per-step when a per-step line calls it from at most this many modules away: training
 # code reaches its step through a few of its own modules (train.py -> engine.py -> utils.py), while
 # following every call on into a library scanned with it would mark the whole library per-step.
@@ -63,6 +64,9 @@ class ProjectFacts:
     argument_classes: tuple[tuple[str, str, str], ...] = ()
     # (call target as this module names it, (whole, element 0, ...) Kind values): what calls return
     return_kinds: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # (call target as this module names it, "@file:Class"): the class of the object a call returns
+    # (YOLOX's `model = self.exp.get_model()`)
+    return_classes: tuple[tuple[str, str], ...] = ()
     # (call target, parameter, its position or -1, whether the loop trains): functions of other modules
     # whose step loop iterates what the call passes for that parameter (a DataLoader built here)
     iterates: tuple[tuple[str, str, int, bool], ...] = ()
@@ -75,6 +79,10 @@ class ProjectFacts:
     # It targets CUDA (itself or through a caller) and runs code per step (its own loop or hook, or
     # entered from elsewhere): the only kind of module whose findings values and CUDA can change.
     active: bool = False
+    # An active module calls into it (not necessarily per step): what it returns or builds, a model
+    # made by a factory method (YOLOX's `exp.get_model()`), is needed there, so it is analysed even
+    # when the prefilter sees no step code in it.
+    reached: bool = False
 
     def analysis_key(self) -> tuple:
         """What the module's analysis depends on: facts equal in this key give the same findings and
@@ -82,11 +90,11 @@ class ProjectFacts:
         about steps matter (CUDA and values change no finding there, and no summary)."""
         steps = (
             self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.returned_uses,
-            self.argument_values, self.imports_training, self.active,
+            self.argument_values, self.imports_training, self.active, self.reached,
         )
         if not self.active:
             return steps
-        return (*steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds)
+        return (*steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds, self.return_classes)
 
     def grown(self, newer: ProjectFacts) -> ProjectFacts:
         """These facts joined with a later round's. What is known about steps and CUDA only grows,
@@ -104,6 +112,7 @@ class ProjectFacts:
             depends_on=tuple(sorted(set(self.depends_on) | set(newer.depends_on))),
             imports_training=self.imports_training or newer.imports_training,
             active=self.active or newer.active,
+            reached=self.reached or newer.reached,
         )
 
     def reaches_project(self, target: str) -> bool:
@@ -134,6 +143,7 @@ class FunctionFacts:
     params: tuple[str, ...] = ()  # positional parameters, `self` left out: position -> name
     iterates: tuple[tuple[str, bool], ...] = ()  # parameters a step loop of its own iterates, and whether it trains
     loader_settings: tuple[str, ...] = ()  # parameters it passes on as a DataLoader's arguments (`num_workers=workers`)
+    abstract: bool = False  # a method a subclass must provide: `pass`, `...` or `raise NotImplementedError` only
 
 
 @dataclass(frozen=True)
@@ -146,6 +156,11 @@ class ModuleSummary:
     returns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     factories: dict[str, str] = field(default_factory=dict)  # qualname -> "qualname.inner", the function it returns
     has_step_code: bool = False  # a step loop or a step hook of its own
+    # qualname -> the class of the object it returns (as class_of names it: imported, or "<local>.X")
+    returned_classes: dict[str, str] = field(default_factory=dict)
+    # attribute or keyword name -> the class of the object stored under it (`self.generator = Generator()`,
+    # `Munch(generator=Generator(...))`), where the module says so
+    field_classes: dict[str, str] = field(default_factory=dict)
 
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
@@ -178,8 +193,11 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         if target is None or not facts.reaches_project(target):
             continue
         reason = steps.reason(site.frame)
-        if target.startswith("*") and reason is None and site.frame.innermost_loop() is None:
-            continue  # an untyped method call matters only where it may train or run per step
+        if (
+            target.startswith("*") and reason is None and site.frame.innermost_loop() is None
+            and id(site.call) not in index.bound_names
+        ):
+            continue  # an untyped method call matters where it may train or run per step, or makes a value
         per_step = describe(reason, site.call) if reason is not None else None
         arguments, classes, values = [], [], []
         at = At(site.scope, index, steps)
@@ -191,7 +209,7 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             value = setting_value(arg.value, at)
             if type(value) in (int, bool):
                 values.append((key, value))
-            cls = steps.class_of(arg.value, site.scope)
+            cls = steps.class_made_by(arg.value, site.scope)
             if cls is not None:
                 classes.append((key, cls))
         edges.append(CallEdge(
@@ -201,7 +219,36 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
     has_step_code = any(steps.is_step_loop(loop) for loop in index.loops) or any(
         steps.hook_name(function) is not None for function in index.functions
     )
-    return ModuleSummary(functions, bases, tuple(edges), cuda, returns, factories, has_step_code)
+    returned_classes = {}
+    for function in index.functions:
+        if function.qualname in functions:
+            cls = steps.returned_class(function)
+            if cls is not None:
+                returned_classes[function.qualname] = cls
+    return ModuleSummary(
+        functions, bases, tuple(edges), cuda, returns, factories, has_step_code, returned_classes, _field_classes(index, steps),
+    )
+
+
+def _field_classes(index: ModuleIndex, steps: StepModel) -> dict[str, str]:
+    """Name -> class for objects stored under a name: `self.generator = Generator(...)` in a class,
+    `Munch(generator=Generator(...), ...)` or `dict(style_encoder=StyleEncoder(...))`. A name given two
+    classes in the module is left out."""
+    found: dict[str, set[str]] = {}
+    for cls in index.classes.values():
+        for name, bindings in cls.attributes.items():
+            for binding in bindings:
+                if binding.kind == "value":
+                    made = steps.class_made_by(binding.value, binding.scope)
+                    if made is not None:
+                        found.setdefault(name, set()).add(made)
+    for site in index.calls:
+        for arg in site.call.args:
+            if arg.keyword is not None:
+                made = steps.class_made_by(arg.value, site.scope)
+                if made is not None:
+                    found.setdefault(arg.keyword.value, set()).add(made)
+    return {name: classes.pop() for name, classes in found.items() if len(classes) == 1}
 
 
 def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
@@ -224,7 +271,34 @@ def _function_facts(steps: StepModel, function) -> FunctionFacts:
         function.positional_params,
         steps.iterated_params(function),
         _loader_settings(steps, function),
+        _is_abstract(function),
     )
+
+
+def _is_abstract(function) -> bool:
+    """A method whose body does nothing but stand in for a subclass's (CycleGAN's BaseModel.set_input)."""
+    if function.class_info is None:
+        return False
+    if any((dotted_name(d.decorator) or "").endswith("abstractmethod") for d in function.node.decorators):
+        return True
+    body = function.node.body
+    statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
+    for statement in statements:
+        if not isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return False
+        for small in statement.body:
+            if isinstance(small, cst.Pass):
+                continue
+            if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+                continue
+            if isinstance(small, cst.Raise) and small.exc is not None and "NotImplementedError" in _raised_name(small.exc):
+                continue
+            return False
+    return True
+
+
+def _raised_name(exc: cst.BaseExpression) -> str:
+    return dotted_name(exc.func if isinstance(exc, cst.Call) else exc) or ""
 
 
 def _loader_settings(steps: StepModel, function) -> tuple[str, ...]:
@@ -268,6 +342,9 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([
 _LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b", re.M)
 # A top-level class and the methods of its body (`def m(self`), read from the text of a file that was
 # not parsed: enough to tell which class a `sampler.update(...)` call enters.
+# The names a module defines at its top level (functions, classes, assigned names), read from its text;
+# what a package's __init__.py imports from its submodules is found in those submodules instead.
+_TOP_LEVEL = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=[^=]", re.M)
 _CLASS = re.compile(r"class[ \t]+(\w+)")
 _METHOD = re.compile(r"([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\([ \t]*self\b")
 
@@ -287,9 +364,11 @@ class ProjectLayout:
         self.paths = sorted({os.path.abspath(p) for p in paths})
         self._by_name: dict[str, list[str]] = {}
         self._files = set(self.paths)
-        self._texts: dict[str, tuple[list[str], bool, tuple[str, ...]]] = {}
+        self._texts: dict[str, tuple[list[str], bool, tuple[str, ...], frozenset[str]]] = {}
         # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
         self.methods: dict[str, list[tuple[str, str]]] = {}
+        # field name -> "@file:Class" of the one class the project stores under that name (derive_facts)
+        self.fields: dict[str, str] = {}
         if not self.paths:
             self.root = ""
             return
@@ -304,6 +383,14 @@ class ProjectLayout:
         for path in self.paths:
             for name in self.module_names(path):
                 self._by_name.setdefault(name, []).append(path)
+        self._children: dict[str, list[str]] = {}  # package -> the module names directly in it
+        self._packages: set[str] = set()  # every package a module name lies in (`yolox`, `yolox.models`)
+        for name in self._by_name:
+            package, _, _ = name.rpartition(".")
+            if package:
+                self._children.setdefault(package, []).append(name)
+            parts = name.split(".")
+            self._packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
 
     def is_library(self, path: str) -> bool:
         """Is the file part of a library's own sources (`torch/_inductor/ir.py` in a scan of
@@ -332,7 +419,7 @@ class ProjectLayout:
         """"Class.method" for the methods of the file's top-level classes, read from its text."""
         return self._read(path)[2]
 
-    def _read(self, path: str) -> tuple[list[str], bool, tuple[str, ...]]:
+    def _read(self, path: str) -> tuple[list[str], bool, tuple[str, ...], frozenset[str]]:
         cached = self._texts.get(path)
         if cached is None:
             try:
@@ -341,7 +428,8 @@ class ProjectLayout:
             except OSError:
                 text = ""
             modules = [match.group(1) or match.group(2) for match in _IMPORT.finditer(text)]
-            cached = self._texts[path] = (modules, _LOOP.search(text) is not None, _text_methods(text))
+            defined = frozenset(match.group(1) or match.group(2) for match in _TOP_LEVEL.finditer(text))
+            cached = self._texts[path] = (modules, _LOOP.search(text) is not None, _text_methods(text), defined)
         return cached
 
     @functools.cached_property
@@ -360,17 +448,43 @@ class ProjectLayout:
             return (file, qualname) if file in self._files else None
         if target.startswith("*."):
             owners = self.methods.get(target[2:], ())
+            if not owners and target[2:] in self.fields:
+                # `nets.discriminator(x)`: calling what the project stores under that name, its forward
+                file, _, cls = self.fields[target[2:]][1:].rpartition(":")
+                return (file, f"{cls}.forward") if file in self._files else None
             return owners[0] if len(owners) == 1 else None
         if target.startswith("."):
             return self._resolve_relative(importer, target)
         parts = target.split(".")
         for cut in range(len(parts) - 1, 0, -1):
-            candidates = self._by_name.get(".".join(parts[:cut]))
+            module, qualname = ".".join(parts[:cut]), ".".join(parts[cut:])
+            candidates = self._by_name.get(module)
+            if module in self._packages:
+                # `yolox` is the package, not yolox/models/yolox.py known by its short name
+                candidates = [c for c in candidates or () if os.path.basename(c) == "__init__.py"]
             if candidates:
                 # The module nearest the importing file: two projects in one scan both have utils.py.
                 best = max(candidates, key=lambda c: (len(os.path.commonpath([c, importer])), c))
-                return best, ".".join(parts[cut:])
+                if os.path.basename(best) != "__init__.py" or parts[cut] in self._read(best)[3]:
+                    return best, qualname
+            found = self._reexported(module, qualname)
+            if found is not None or module in self._packages:
+                # A package of the scan (`yolox.utils`) that does not define the name: the call leaves
+                # the scanned files. A shorter cut would only find a module named like the package
+                # (yolox/models/yolox.py for `yolox`).
+                return found
         return None
+
+    def files_in_package(self, package: str) -> list[str]:
+        """The files of the modules directly in a package of the scan (none for a plain module)."""
+        return [path for child in self._children.get(package, ()) for path in self._by_name[child]]
+
+    def _reexported(self, package: str, qualname: str) -> tuple[str, str] | None:
+        """`from model import FasterRCNNVGG16`, where model/__init__.py re-exports it from a submodule
+        (or was not scanned): the one module directly in the package that defines it."""
+        head = qualname.split(".", 1)[0]
+        found = [path for path in self.files_in_package(package) if head in self._read(path)[3]]
+        return (found[0], qualname) if len(set(found)) == 1 else None
 
     def _resolve_relative(self, importer: str, target: str) -> tuple[str, str] | None:
         level = len(target) - len(target.lstrip("."))
@@ -391,14 +505,30 @@ class ProjectLayout:
 def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> dict[str, ProjectFacts]:
     """Every module's facts from the modules' summaries (files without a summary were not analysed
     yet: the prefilter ruled them out; they get facts when another module enters them)."""
+    # Who has a method of a given name, in order of trust: methods of analysed modules; then methods
+    # read from the text of modules the prefilter skipped; then abstract stand-ins (`def set_input(self):
+    # pass` in a base class), which a subclass replaces.
     layout.methods = {}
+    read: dict[str, list[tuple[str, str]]] = {}
+    stand_ins: dict[str, list[tuple[str, str]]] = {}
     for path in layout.paths:
-        # A file the prefilter ruled out has no summary yet: its methods are read from its text.
-        qualnames = summaries[path].functions if path in summaries else layout.methods_in_text(path)
-        for qualname in qualnames:
-            cls, _, method = qualname.rpartition(".")
-            if cls:
-                layout.methods.setdefault(method, []).append((path, qualname))
+        if path in summaries:
+            for qualname, function in summaries[path].functions.items():
+                cls, _, method = qualname.rpartition(".")
+                if cls:
+                    (stand_ins if function.abstract else layout.methods).setdefault(method, []).append((path, qualname))
+        else:
+            for qualname in layout.methods_in_text(path):
+                read.setdefault(qualname.rpartition(".")[2], []).append((path, qualname))
+    for fallback in (read, stand_ins):
+        for method, owners in fallback.items():
+            layout.methods.setdefault(method, owners)
+    fields: dict[str, set[str]] = {}
+    for path in sorted(summaries):
+        for name, cls in summaries[path].field_classes.items():
+            # A library's class (`torch.nn.Conv2d`) counts too: the name is then not the project's alone.
+            fields.setdefault(name, set()).add(_absolute_class(layout, path, cls) or cls)
+    layout.fields = {name: cls for name, (cls, *more) in fields.items() if not more and cls.startswith("@")}
     resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
     cuda = _cuda_closure(resolved, summaries)
 
@@ -450,15 +580,22 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             or summaries[path].has_step_code
         )
     }
+    reached = {file for path in active for _, file, _ in resolved.get(path, ())}
     kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
     classes: dict[str, dict[tuple[str, str], str]] = {}
     returns: dict[str, dict[str, tuple[str, ...]]] = {}
+    returned_classes: dict[str, dict[str, str]] = {}
     for path, edges in resolved.items():
         for edge, file, qualname in edges:
             summary = summaries.get(file)
             if path in active and summary is not None and qualname in summary.returns:
                 returns.setdefault(path, {})[edge.target] = summary.returns[qualname]
                 depends.setdefault(path, set()).add(file)
+            if path in active and summary is not None and qualname in summary.returned_classes:
+                where = _absolute_class(layout, file, summary.returned_classes[qualname])
+                if where is not None:
+                    returned_classes.setdefault(path, {})[edge.target] = where
+                    depends.setdefault(path, set()).add(file)
             if file not in active:
                 continue
             target = summary.functions.get(qualname) if summary is not None else None
@@ -498,7 +635,9 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             ),
             argument_classes=tuple((q, p, c) for (q, p), c in sorted(classes.get(path, {}).items())),
             return_kinds=tuple(sorted(returns.get(path, {}).items())),
+            return_classes=tuple(sorted(returned_classes.get(path, {}).items())),
             active=path in active,
+            reached=path in reached,
         )
     return facts
 
@@ -516,7 +655,11 @@ def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, Modul
             if not qualname:
                 continue
         if file in summaries:
-            qualname = _through_bases(layout, file, qualname, summaries)
+            if qualname not in summaries[file].functions and f"{qualname}.__init__" in summaries[file].functions:
+                qualname = f"{qualname}.__init__"  # `YOLOX(backbone, head)` runs YOLOX.__init__ with them
+            file, qualname = _through_bases(layout, file, qualname, summaries)
+            if file == path:
+                continue
         yield edge, file, qualname
 
 
@@ -570,7 +713,11 @@ def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> b
     modules = layout.imported_modules(path)
     if not modules or not layout.loops(path):
         return False
-    return any((hit := layout.resolve(path, module + ".*")) is not None and hit[0] in training for module in modules)
+    return any(
+        ((hit := layout.resolve(path, module + ".*")) is not None and hit[0] in training)
+        or any(file in training for file in layout.files_in_package(module))  # `from models import create_model`
+        for module in modules
+    )
 
 
 def _absolute_class(layout: ProjectLayout, caller: str, cls: str) -> str | None:
@@ -586,18 +733,26 @@ def _absolute_class(layout: ProjectLayout, caller: str, cls: str) -> str | None:
     return f"@{file}:{qualname.rsplit('.', 1)[0]}"
 
 
-def _through_bases(layout: ProjectLayout, file: str, qualname: str, summaries: dict[str, ModuleSummary], depth: int = 0) -> str:
-    """`Net.forward` where Net inherits `forward` from a base class: the qualname that defines it
-    (in the same module; a base in another module keeps the name, which that module resolves)."""
-    summary = summaries[file]
-    if qualname in summary.functions or depth > 5:
-        return qualname
+def _through_bases(
+    layout: ProjectLayout, file: str, qualname: str, summaries: dict[str, ModuleSummary], depth: int = 0
+) -> tuple[str, str]:
+    """`Net.forward` where Net inherits `forward` from a base class: the file and qualname that define
+    it, in the same module or in the module a base class is imported from (faster-rcnn's
+    `FasterRCNNVGG16.predict`, defined by `model.faster_rcnn.FasterRCNN`)."""
+    summary = summaries.get(file)
+    if summary is None or qualname in summary.functions or depth > 5:
+        return file, qualname
     cls, _, method = qualname.rpartition(".")
     if method == "forward" and f"{cls}.__call__" in summary.functions:
-        return f"{cls}.__call__"
+        return file, f"{cls}.__call__"
     for base in summary.class_bases.get(cls, ()):
         if base in summary.class_bases:
             found = _through_bases(layout, file, f"{base}.{method}", summaries, depth + 1)
-            if found in summary.functions:
-                return found
-    return qualname
+        elif "." in base and (hit := layout.resolve(file, f"{base}.{method}")) is not None and hit[0] != file:
+            found = _through_bases(layout, *hit, summaries, depth + 1)
+        else:
+            continue
+        defined = summaries[found[0]].functions if found[0] in summaries else layout.methods_in_text(found[0])
+        if found[1] in defined:
+            return found  # (a module the prefilter skipped is read from its text; entering it gets it analysed)
+    return file, qualname

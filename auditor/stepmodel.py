@@ -226,6 +226,7 @@ class StepModel:
         imported. None when it cannot be told (or it enters this module)."""
         key = id(site.call)
         if key not in self._external:
+            self._external[key] = None  # a recursive question (through class_of) is answered "unknown"
             self._external[key] = None if self.resolve(site) else self._external_target(site)
         return self._external[key]
 
@@ -290,7 +291,13 @@ class StepModel:
         qualified = self.index.imports.qualify(value.func)
         positional = [arg.value for arg in value.args if arg.keyword is None and not arg.star]
         if qualified in _MODEL_WRAPPERS or (terminal_name(value.func) or "") in _MODEL_WRAPPER_NAMES:
-            return self.class_of(positional[0], scope, depth + 1) if positional else None
+            return self._class_of_value(positional[0], scope, depth + 1) if positional else None
+        site = self.call_site(value)
+        target = self.external_target(site) if site is not None and self.facts is not None else None
+        if target is not None:
+            made = next((cls for called, cls in self.facts.return_classes if called == target), None)
+            if made is not None:
+                return made  # `model = self.exp.get_model()`: what another module's function returns
         name = terminal_name(value.func) or ""
         if looks_like_class(name):
             if qualified is not None:
@@ -305,6 +312,22 @@ class StepModel:
                     found = self._class_of_value(returned, function.scope, depth + 1)
                     if found is not None:
                         return found
+        return None
+
+    def class_made_by(self, value: cst.BaseExpression, scope: Scope) -> str | None:
+        """The class a value constructs (`Generator(...)`, `Generator(...).to(device)`, `DDP(Net())`), or
+        holds when it names one (`generator` after `generator = Generator(...)`, `self.model`)."""
+        if isinstance(value, cst.Call):
+            return self._class_of_value(value, scope, 1)
+        return self.class_of(value, scope, 1)
+
+    def returned_class(self, function: FunctionInfo) -> str | None:
+        """The class of the object `function` returns (`def get_model(self): ...; return self.model`
+        after `self.model = YOLOX(backbone, head)`), when one is known."""
+        for returned in function.returns:
+            found = self._class_of_value(returned, function.scope, 1)
+            if found is not None:
+                return found
         return None
 
     def _parameter_class(self, name: str, scope: Scope, depth: int) -> str | None:
@@ -922,8 +945,11 @@ class StepModel:
 
 
 def looks_like_class(name: str) -> bool:
-    """`ResNet`, `Tacotron2`, `MoCo`: a class by Python's naming convention; not `GAN_training_function`."""
-    return name[:1].isupper() and any(c.islower() for c in name) and re.search(r"_[a-z]", name) is None
+    """`ResNet`, `Tacotron2`, `MoCo`, `YOLOX`, `MLP`: a class by Python's naming convention; not
+    `GAN_training_function`, nor a constant like `MAX_LEN`."""
+    if not name[:1].isupper() or re.search(r"_[a-z]", name) is not None:
+        return False
+    return any(c.islower() for c in name) or (len(name) > 1 and "_" not in name)
 
 
 def drawn_from(loop: LoopInfo) -> list[cst.BaseExpression]:

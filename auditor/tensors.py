@@ -125,6 +125,8 @@ class TensorInference:
         # function returns: a guess there would travel to every caller as if it were known.
         self._guess_from_names = True
         self._where: LoopInfo | None = None  # the loop the expression being asked about sits in
+        # The binding whose value is being read, if any: names in it see the bindings before it (below).
+        self._reading: Binding | None = None
 
     def kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
         """The kind of `expr` as seen from `frame` (where the expression is), see `_reaching`."""
@@ -173,7 +175,7 @@ class TensorInference:
                 return Kind.NOT_TENSOR  # an imported module or function, not a value we compute
             return Kind.TENSOR if self._guess_from_names and _TENSOR_NAMES.match(name) else Kind.UNKNOWN
         bindings, owner = found
-        bindings = self._reaching(bindings)
+        bindings = self._before_reading(self._reaching(bindings), owner)
         if len(bindings) > 1:
             # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made:
             # a binding is never what its own right-hand side reads.
@@ -289,12 +291,29 @@ class TensorInference:
         return [b for b in bindings if _within(b.loop, loop)]
 
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
-        saved = self._where
+        saved = self._where, self._reading
         self._where = binding.loop  # a binding's value is evaluated where the binding is
+        self._reading = binding
         try:
             return self._binding_value_kind(binding, depth)
         finally:
-            self._where = saved
+            self._where, self._reading = saved
+
+    def _before_reading(self, bindings: list[Binding], owner: Scope) -> list[Binding]:
+        """In the value of a binding, a name holds what the bindings before it gave, when the name was
+        bound earlier at the same level (same loop body, or the same function outside loops): in
+        `x, labels = next(it); c = labels.clone(); labels = labels.to(device)`, `c` is made from the
+        host `labels`, not the moved one. A name not bound earlier at that level keeps every binding:
+        it is carried over from the previous iteration (`h = cell(x, h)`) or from outside."""
+        reading = self._reading
+        if reading is None or reading.scope is not owner:
+            return bindings
+        earlier = [b for b in bindings if b.order < reading.order]
+        if not any(b.loop is reading.loop for b in earlier):
+            return bindings
+        if reading.loop is None:
+            return earlier
+        return [b for b in earlier if _within(b.loop, reading.loop)]
 
     def _binding_value_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope

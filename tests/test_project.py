@@ -468,6 +468,153 @@ PROJECTS = {
                         yield batch
             """,
     },
+    "a class imported from a package that re-exports it, whose method comes from a base in another module": {
+        "train.py": """
+            import torch
+            from model import FasterRCNNVGG16
+            net = FasterRCNNVGG16().cuda()
+            for epoch in range(10):
+                for imgs, sizes in test_loader:
+                    boxes = net.predict(imgs.cuda(non_blocking=True))
+            """,
+        "model/faster_rcnn_vgg16.py": """
+            from model.faster_rcnn import FasterRCNN
+
+            class FasterRCNNVGG16(FasterRCNN):
+                def __init__(self):
+                    super().__init__(make_extractor(), make_head())
+            """,
+        "model/faster_rcnn.py": """
+            import torch
+
+            class FasterRCNN(torch.nn.Module):
+                def predict(self, imgs):
+                    scores = torch.sigmoid(self.head(self.extractor(imgs)))
+                    keep = scores[scores > 0.5]  # expect: LA105
+                    return keep.cpu().numpy()  # expect: LA102
+            """,
+    },
+    "a model that another module's method builds and returns, its head in a module named like the package": {
+        "yolox/core/trainer.py": """
+            import torch
+
+            class Trainer:
+                def __init__(self, exp):
+                    self.exp = exp
+
+                def train(self):
+                    model = self.exp.get_model()
+                    self.model = model.cuda()
+                    for self.iter in range(self.max_iter):
+                        inps, targets = self.prefetcher.next()
+                        outputs = self.model(inps, targets)
+                        outputs["total_loss"].backward()
+                        self.optimizer.step()
+            """,
+        "yolox/exp/base.py": """
+            class Exp:
+                def get_model(self):
+                    from yolox.models import YOLOX, YOLOXHead
+                    if getattr(self, "model", None) is None:
+                        self.model = YOLOX(YOLOXHead(80))
+                    return self.model
+            """,
+        "yolox/models/yolox.py": """
+            import torch.nn as nn
+
+            class YOLOX(nn.Module):
+                def __init__(self, head):
+                    super().__init__()
+                    self.head = head
+
+                def forward(self, x, targets):
+                    return self.head(x, targets)
+            """,
+        "yolox/models/yolo_head.py": """
+            import torch.nn as nn
+
+            class YOLOXHead(nn.Module):
+                def forward(self, x, labels):
+                    nlabel = (labels.sum(dim=2) > 0).sum(dim=1)
+                    total = 0
+                    for batch_idx in range(x.shape[0]):  # expect: LA301
+                        num_gt = int(nlabel[batch_idx])  # expect: LA103
+                        total = total + x[batch_idx].sum() * num_gt
+                    return {"total_loss": total}
+            """,
+    },
+    "an abstract method of a base class stands aside for the one class that implements it": {
+        "train.py": """
+            from models import create_model
+            model = create_model(opt)
+            for epoch in range(100):
+                for i, data in enumerate(dataset):
+                    model.set_input(data)
+                    model.optimize_parameters()
+            """,
+        "models/base_model.py": """
+            import torch
+
+            class BaseModel:
+                def __init__(self, opt):
+                    self.device = torch.device("cuda:0")
+
+                def set_input(self, input):
+                    pass
+
+                def optimize_parameters(self):
+                    raise NotImplementedError
+            """,
+        "models/cycle_gan_model.py": """
+            import torch
+            from .base_model import BaseModel
+
+            class CycleGANModel(BaseModel):
+                def __init__(self, opt):
+                    self.netG = Generator().to(torch.device("cuda:0"))
+
+                def set_input(self, input):
+                    self.real_A = input["A"]
+
+                def optimize_parameters(self):
+                    loss = self.netG(self.real_A).mean()
+                    loss.backward()
+                    self.optimizer.step()
+                    self.losses.append(loss.item())  # expect: LA101
+            """,
+    },
+    "networks reached through the names a container stores them under (StarGAN v2's Munch)": {
+        "solver.py": """
+            import torch
+            from model import build_model
+
+            def compute_d_loss(nets, x_real, y_org):
+                out = nets.discriminator(x_real, y_org)
+                return out.mean()
+
+            nets = build_model(args)
+            for i in range(num_iters):
+                x_real, y_org = next(loader_iter)
+                loss = compute_d_loss(nets, x_real.cuda(non_blocking=True), y_org.cuda(non_blocking=True))
+                loss.backward()
+                optimizer.step()
+            """,
+        "model.py": """
+            import torch
+            import torch.nn as nn
+            from munch import Munch
+
+            class Discriminator(nn.Module):
+                def forward(self, x, y):
+                    out = self.main(x)
+                    idx = torch.LongTensor(range(y.size(0))).to(y.device)  # expect: LA205
+                    return out[idx, y]
+
+            def build_model(args):
+                discriminator = nn.DataParallel(Discriminator(args.img_size))
+                return Munch(discriminator=discriminator)
+            """,
+    },
 }
 
 

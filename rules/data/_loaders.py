@@ -68,6 +68,11 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
                 return None
             entries[element.key.evaluated_value] = element.value
         return entries
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "dict":
+        # `dict(batch_size=batch_size, num_workers=4, pin_memory=True)` (Pytorch-UNet's loader_args)
+        if any(arg.keyword is None for arg in expr.args):
+            return None
+        return {arg.keyword.value: arg.value for arg in expr.args}
     if isinstance(expr, cst.IfExp):
         # `{"num_workers": 1, "pin_memory": True} if use_cuda else {}`: these rules are about the
         # CUDA path, so a key set in either branch counts.
@@ -327,6 +332,8 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
     if not isinstance(expr, cst.Call):
         return False
     qualified = ctx.qualified_name(expr.func) or ""
+    if not qualified and len(seen) <= 3 and _made_by_helper_from_torch(expr, ctx, seen):
+        return True
     if not qualified.startswith("torch.") or qualified.startswith("torch.utils."):
         return False
     first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
@@ -337,6 +344,20 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
     seen = seen | {id(expr)}
     origins = [origin for origin in _origins(first, ctx) if id(origin) not in seen]  # `x = torch.cat(x)`
     return all(_computed_by_torch(origin, ctx, seen) or _is_constant_data(origin) for origin in origins)
+
+
+def _calls_own_function(call: cst.Call, ctx) -> bool:
+    site = ctx.steps.call_site(call)
+    return site is not None and bool(ctx.steps.resolve(site))
+
+
+def _made_by_helper_from_torch(call: cst.Call, ctx, seen: frozenset) -> bool:
+    """`self.label2onehot(torch.zeros(n), 2)`: a function of this module applied to a tensor the script
+    makes itself gives a tensor the script makes, not batch data (StarGAN's domain masks)."""
+    if not _calls_own_function(call, ctx):
+        return False
+    first = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
+    return first is not None and _computed_by_torch(first, ctx, seen | {id(call)})
 
 
 def _drawn_from_loader(expr: cst.BaseExpression, ctx) -> bool:
@@ -369,8 +390,8 @@ def _origins(expr: cst.BaseExpression, ctx, depth: int = 0) -> list[cst.BaseExpr
         elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not _is_factory(expr, ctx):
             if expr.func.attr.value in ("items", "values"):  # `for k, v in batch.items()`
                 expr = expr.func.value
-            elif ctx.qualified_name(expr.func) is None:
-                expr = expr.func.value
+            elif ctx.qualified_name(expr.func) is None and not _calls_own_function(expr, ctx):
+                expr = expr.func.value  # `x.float()`: x itself (not `self.label2onehot(...)`, a method)
             else:
                 break
         else:

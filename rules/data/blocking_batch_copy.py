@@ -72,6 +72,17 @@ class BlockingBatchCopy(Rule):
         "before a synchronization. Without pinned memory the change is harmless but gains little."
     )
     valid = (
+        # A helper of the script applied to a tensor the script makes is not batch data (LA205's if anything).
+        "import torch\n"
+        "def label2onehot(labels, dim):\n"
+        "    out = torch.zeros(labels.size(0), dim)\n"
+        "    out[torch.arange(labels.size(0)), labels.long()] = 1\n"
+        "    return out\n"
+        "model = Net().cuda()\n"
+        "for x, y in test_loader:\n"
+        "    x = x.cuda(non_blocking=True)\n"
+        "    mask = label2onehot(torch.zeros(x.size(0)), 2).to('cuda')\n"
+        "    out = model(x, mask)\n",
         "import torch\n"
         "device = torch.device('cuda')\n"
         "model = Net().to(device)\n"
@@ -100,6 +111,21 @@ class BlockingBatchCopy(Rule):
         "model.to(device)\n",
     )
     invalid = (
+        # Labels derived from the batch before the batch's own labels are moved (StarGAN).
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "data_iter = iter(data_loader)\n"
+        "for i in range(num_iters):\n"
+        "    x_real, label_org = next(data_iter)\n"
+        "    label_trg = label_org[torch.randperm(label_org.size(0))]\n"
+        "    c_org = label_org.clone()\n"
+        "    x_real = x_real.to(device)  # expect: LA202\n"
+        "    c_org = c_org.to(device)  # expect: LA202\n"
+        "    label_org = label_org.to(device)  # expect: LA202\n"
+        "    label_trg = label_trg.to(device)  # expect: LA202\n"
+        "    loss = G(x_real, c_org, label_org, label_trg).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Batches drawn with `next()` from an endless iterator, and a batch converted from NumPy.
         "import torch\n"
         "device = 'cuda'\n"

@@ -41,9 +41,14 @@ def _legacy_host_creation(call: cst.Call) -> bool:
         return _is_constant(positional[0]) or _is_fill(positional[0])
     if len(positional) == 1:
         # `torch.LongTensor(n)` is a size, `torch.LongTensor(tokens)` data the script computed: only a
-        # number written out can be told apart.
-        return isinstance(positional[0], cst.Integer)
+        # number written out, or a `range(...)` (an arange), can be told apart.
+        return isinstance(positional[0], cst.Integer) or _is_range(positional[0])
     return all(isinstance(arg, (cst.Integer, cst.Name, cst.Attribute, cst.BinaryOperation)) for arg in positional)
+
+
+def _is_range(expr: cst.BaseExpression) -> bool:
+    """`range(n)`: the values `torch.arange(n, device=...)` makes on the device."""
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "range"
 
 
 def _is_constant(expr: cst.BaseExpression) -> bool:
@@ -90,7 +95,7 @@ def _host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
                 return None  # a CPU generator: the same random numbers on every machine, on purpose
             if factory in _FROM_DATA:
                 data = expr.args[0].value if expr.args and expr.args[0].keyword is None else None
-                if data is None or not (_is_constant(data) or _is_fill(data)):
+                if data is None or not (_is_constant(data) or _is_fill(data) or _is_range(data)):
                     return None
             return expr
         if not isinstance(expr.func, cst.Attribute):
@@ -156,7 +161,7 @@ class CreatedOnHostThenMoved(Rule):
         "In code that runs once per step of a CUDA script, a tensor made by a `torch` factory without "
         "`device=` and then moved with `.to(device)`, `.to(other_gpu_tensor)` or `.cuda()`, possibly through dtype or shape methods "
         "in between: `torch.arange(n).to(device)`, `torch.ones(b, 1).float().cuda()`, "
-        "`torch.randn(shape).to(device)`, `torch.triu(torch.full((t, t), -inf), 1).to(device)`, and `torch.tensor(...)` / `torch.as_tensor(...)` of a literal "
+        "`torch.randn(shape).to(device)`, `torch.triu(torch.full((t, t), -inf), 1).to(device)`, `torch.LongTensor(range(n)).to(device)`, and `torch.tensor(...)` / `torch.as_tensor(...)` of a literal "
         "constant (`torch.tensor(0.5).cuda()`, `torch.tensor([1.0, 2.0]).to(device)`). Not flagged: "
         "factories given `pin_memory=True` (host staging on purpose) or a `generator=` (CPU random "
         "numbers on purpose), `torch.tensor(data)` of data the script computes, and moves with "
@@ -263,6 +268,7 @@ class CreatedOnHostThenMoved(Rule):
         "    def forward(self, x):\n"
         "        noise = torch.randn(x.shape).to(x.device)  # expect: LA205\n"
         "        scale = torch.ones(x.size(0)).to(x)  # expect: LA205\n"
+        "        idx = torch.LongTensor(range(x.size(0))).to(x.device)  # expect: LA205\n"
         "        return self.body(x + noise) * scale\n"
         "model = Net().cuda()\n"
         "for x, y in train_loader:\n"

@@ -83,7 +83,8 @@ class WorkersRespawnedEachEpoch(Rule):
         "a name bound only to one, or a command-line option whose `add_argument(..., default=4)` the "
         "script declares; also a helper's parameter that every caller, in this module or another of the "
         "scanned project, fills with such a value, and simple arithmetic on it such as "
-        "`int(num_workers / 2)`), when `persistent_workers` is not passed or is `False`, and a step loop "
+        "`int(num_workers / 2)`; arguments gathered in a dict literal or `dict(...)` and passed as "
+        "`**loader_args` are read too), when `persistent_workers` is not passed or is `False`, and a step loop "
         "iterates the same loader object again and again: inside an epoch loop, or in a function called "
         "from one. Also the loaders a LightningModule or LightningDataModule returns from "
         "`train_dataloader()` / `val_dataloader()`. A loader built anew at each call (inside "
@@ -174,6 +175,16 @@ class WorkersRespawnedEachEpoch(Rule):
         "    validate(val_set)\n",
     )
     invalid = (
+        # Keyword arguments gathered with `dict(...)` (Pytorch-UNet).
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "loader_args = dict(batch_size=16, num_workers=4, pin_memory=True)\n"
+        "train_loader = DataLoader(train_set, shuffle=True, **loader_args)  # expect: LA204\n"
+        "for epoch in range(5):\n"
+        "    for images, masks in train_loader:\n"
+        "        loss = model(images.cuda(non_blocking=True)).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n",
         # The worker count reaches the loader through a helper's parameter (YOLOv3's _create_data_loader).
         "import argparse\n"
         "import torch\n"

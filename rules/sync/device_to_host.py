@@ -44,7 +44,8 @@ class DeviceToHostInStep(Rule):
         "typically in `preds.append(out.argmax(1).cpu().numpy())`. A line with both `.cpu()` and "
         "`.numpy()` is one finding. A plain `.numpy()` is not flagged: on a CUDA tensor it raises, so in a "
         "working script it reads a tensor that is already on the host (the copy that put it there is the "
-        "finding). Copies with `non_blocking=True` are not flagged."
+        "finding). Copies with `non_blocking=True` are not flagged, nor are copies in a branch only a CPU run "
+        "takes (`if mode == \"cpu\":`, `if not torch.cuda.is_available():`)."
     )
     why_it_costs = (
         "A blocking device-to-host copy is queued behind every kernel already launched, and the CPU waits "
@@ -64,6 +65,18 @@ class DeviceToHostInStep(Rule):
     )
     fix_safety = "No automatic fix: what the host code does with the values decides where the copy can go."
     valid = (
+        # A branch that only a CPU run takes (YOLOX's fallback after running out of GPU memory).
+        "import torch\n"
+        "def assign(boxes, preds, mode='gpu'):\n"
+        "    if mode == 'cpu':\n"
+        "        boxes, preds = boxes.cpu().float(), preds.cpu().float()\n"
+        "    return match(boxes, preds)\n"
+        "model = Net().cuda()\n"
+        "for x, boxes in train_loader:\n"
+        "    preds = model(x.cuda(non_blocking=True))\n"
+        "    loss = assign(boxes.cuda(non_blocking=True), preds).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Once, after the loop.
         "import torch\n"
         "preds = []\n"
@@ -85,6 +98,20 @@ class DeviceToHostInStep(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A conversion helper called once per step: its `return` ends the call, not the loop.
+        "import numpy as np\n"
+        "import torch\n"
+        "def tonumpy(data):\n"
+        "    if isinstance(data, np.ndarray):\n"
+        "        return data\n"
+        "    if isinstance(data, torch.Tensor):\n"
+        "        return data.detach().cpu().numpy()  # expect: LA102\n"
+        "model = Net().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    history.append(tonumpy(loss))\n",
         "import torch\n"
         "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
         "for images, labels in val_loader:\n"

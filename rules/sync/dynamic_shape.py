@@ -36,7 +36,8 @@ class DynamicShapeInStep(Rule):
         "In code that runs once per step of a CUDA script: `torch.nonzero`/`.nonzero()`, "
         "`torch.argwhere`, `torch.masked_select`, `torch.unique`/`.unique()`, `unique_consecutive`, "
         "one-argument `torch.where(cond)`, and boolean-mask indexing `x[mask]` where the mask is a comparison "
-        "written inline (`logits[labels != -100]`) or assigned from one in the same function, or a graph "
+        "written inline (`logits[labels != -100]`), assigned from one in the same function or returned as one by a "
+        "function of the module (`fg_mask, _ = self.in_boxes(...)`), also along another dimension (`x[:, mask]`), or a graph "
         "split mask (`out[data.train_mask]`, `g.ndata[\"val_mask\"]`: boolean in PyG and DGL). Writing "
         "through a mask (`x[mask] = 0`) is not flagged: PyTorch turns it into a `masked_fill_` without a sync."
     )
@@ -92,6 +93,22 @@ class DynamicShapeInStep(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A mask computed by a helper and returned, and a mask along the second dimension (YOLOX's head).
+        "import torch\n"
+        "class Head(torch.nn.Module):\n"
+        "    def in_boxes(self, centers, boxes):\n"
+        "        inside = (centers[:, None] - boxes[None]).abs().sum(dim=-1) < 1\n"
+        "        anchors = inside.sum(dim=0) > 0\n"
+        "        return anchors, inside\n"
+        "    def forward(self, preds, centers, boxes):\n"
+        "        fg_mask, inside = self.in_boxes(centers, boxes)\n"
+        "        fg = preds[fg_mask]  # expect: LA105\n"
+        "        return inside[:, fg_mask].sum() + fg.sum()  # expect: LA105\n"
+        "head = Head().cuda()\n"
+        "for x, centers, boxes in train_loader:\n"
+        "    loss = head(model(x.cuda(non_blocking=True)), centers.cuda(non_blocking=True), boxes.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         "import torch\n"
         "import torch.nn.functional as F\n"
         "device = 'cuda'\n"
@@ -133,16 +150,18 @@ class DynamicShapeInStep(Rule):
             yield Report(node, f"`.{method}()` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step")
 
     def _mask_index(self, node: cst.Subscript, ctx):
-        if id(node) in ctx.index.stored_subscripts or len(node.slice) != 1:
+        if id(node) in ctx.index.stored_subscripts:
             return
-        element = node.slice[0].slice
-        if not isinstance(element, cst.Index):
+        # `x[mask]`, or a mask along another dimension with whole slices around it: `x[:, mask]`
+        indexes = [e.slice for e in node.slice if not _is_whole_slice(e.slice)]
+        if len(indexes) != 1 or not isinstance(indexes[0], cst.Index):
             return
+        element = indexes[0]
         if self._is_mask(element.value, ctx, depth=0) and ctx.maybe_tensor(node.value):
             yield Report(node, f"`{ctx.source(node)}` indexes with a boolean mask: the result's size depends on the data, so the CPU waits for the GPU to count it, once per step")
 
     def _is_mask(self, expr: cst.BaseExpression, ctx, depth: int) -> bool:
-        if depth > 3:
+        if depth > 5:
             return False
         if isinstance(expr, cst.Comparison):
             plain = all(isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)) for c in expr.comparisons)
@@ -172,6 +191,25 @@ class DynamicShapeInStep(Rule):
             return any(self._binding_is_mask(b, ctx, depth) for b in bindings)
         return False
 
+    def _returns_mask(self, binding, ctx, depth: int) -> bool:
+        """Does the function of this module that the binding's call enters return a mask there (the
+        whole value, or the binding's element of a returned tuple)?"""
+        site = ctx.steps.call_site(binding.value)
+        saved = ctx.scope
+        try:
+            for function in ctx.steps.resolve(site) if site is not None else ():
+                for returned in function.returns:
+                    if binding.kind == "element":
+                        if not isinstance(returned, cst.Tuple) or binding.position >= len(returned.elements):
+                            continue
+                        returned = returned.elements[binding.position].value
+                    ctx.scope = function.scope
+                    if self._is_mask(returned, ctx, depth + 1):
+                        return True
+        finally:
+            ctx.scope = saved
+        return False
+
     def _parameter_is_mask(self, name: str, scope, ctx, depth: int) -> bool:
         """`def evaluate(..., mask, ...)` called as `evaluate(..., val_mask, ...)`: on that call's path the
         function indexes with a boolean mask, whatever other call sites pass."""
@@ -188,6 +226,8 @@ class DynamicShapeInStep(Rule):
         return any(verdicts)
 
     def _binding_is_mask(self, binding, ctx, depth: int) -> bool:
+        if binding.kind in ("value", "element") and isinstance(binding.value, cst.Call) and self._returns_mask(binding, ctx, depth):
+            return True  # `fg_mask, matched = self.get_in_boxes_info(...)`, which computes the mask it returns
         if binding.kind == "value":
             return self._is_mask(binding.value, ctx, depth + 1)
         if binding.kind == "loop" and isinstance(binding.value, (cst.List, cst.Tuple)):
@@ -195,6 +235,13 @@ class DynamicShapeInStep(Rule):
             elements = [element.value for element in binding.value.elements]
             return bool(elements) and all(self._is_mask(e, ctx, depth + 1) for e in elements)
         return False
+
+
+def _is_whole_slice(element: cst.BaseSlice) -> bool:
+    """`:` (or `...`) in a subscript: the whole of that dimension."""
+    if isinstance(element, cst.Slice):
+        return element.lower is None and element.upper is None and element.step is None
+    return isinstance(element, cst.Index) and isinstance(element.value, cst.Ellipsis)
 
 
 def _is_static_nonzero(node: cst.Call) -> bool:
