@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -339,7 +339,6 @@ def _passes_device(call: cst.Call) -> bool:
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([\w.]+))", re.M)
 
 
-_LOOP = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b", re.M)
 # A top-level class and the methods of its body (`def m(self`), read from the text of a file that was
 # not parsed: enough to tell which class a `sampler.update(...)` call enters.
 # The names a module defines at its top level (functions, classes, assigned names), read from its text;
@@ -357,6 +356,14 @@ LIBRARIES = frozenset({
 })
 
 
+class _TextFacts(NamedTuple):
+    """What the text of a file says, for files the prefilter kept from being parsed."""
+
+    imports: list[str]  # the modules it imports
+    methods: tuple[str, ...]  # "Class.method" of its top-level classes
+    defined: frozenset[str]  # the names it defines at its top level
+
+
 class ProjectLayout:
     """Which file each module name of the scan stands for."""
 
@@ -364,7 +371,7 @@ class ProjectLayout:
         self.paths = sorted({os.path.abspath(p) for p in paths})
         self._by_name: dict[str, list[str]] = {}
         self._files = set(self.paths)
-        self._texts: dict[str, tuple[list[str], bool, tuple[str, ...], frozenset[str]]] = {}
+        self._texts: dict[str, _TextFacts] = {}
         # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
         self.methods: dict[str, list[tuple[str, str]]] = {}
         # field name -> "@file:Class" of the one class the project stores under that name (derive_facts)
@@ -409,17 +416,13 @@ class ProjectLayout:
 
     def imported_modules(self, path: str) -> list[str]:
         """The modules a file imports, read from its text (for files that were not parsed)."""
-        return self._read(path)[0]
-
-    def loops(self, path: str) -> bool:
-        """Does the file's text have a `for` or `while` loop?"""
-        return self._read(path)[1]
+        return self._read(path).imports
 
     def methods_in_text(self, path: str) -> tuple[str, ...]:
         """"Class.method" for the methods of the file's top-level classes, read from its text."""
-        return self._read(path)[2]
+        return self._read(path).methods
 
-    def _read(self, path: str) -> tuple[list[str], bool, tuple[str, ...], frozenset[str]]:
+    def _read(self, path: str) -> _TextFacts:
         cached = self._texts.get(path)
         if cached is None:
             try:
@@ -427,9 +430,11 @@ class ProjectLayout:
                     text = stream.read()
             except OSError:
                 text = ""
-            modules = [match.group(1) or match.group(2) for match in _IMPORT.finditer(text)]
-            defined = frozenset(match.group(1) or match.group(2) for match in _TOP_LEVEL.finditer(text))
-            cached = self._texts[path] = (modules, _LOOP.search(text) is not None, _text_methods(text), defined)
+            cached = self._texts[path] = _TextFacts(
+                imports=[match.group(1) or match.group(2) for match in _IMPORT.finditer(text)],
+                methods=_text_methods(text),
+                defined=frozenset(match.group(1) or match.group(2) for match in _TOP_LEVEL.finditer(text)),
+            )
         return cached
 
     @functools.cached_property
@@ -465,7 +470,7 @@ class ProjectLayout:
             if candidates:
                 # The module nearest the importing file: two projects in one scan both have utils.py.
                 best = max(candidates, key=lambda c: (len(os.path.commonpath([c, importer])), c))
-                if os.path.basename(best) != "__init__.py" or parts[cut] in self._read(best)[3]:
+                if os.path.basename(best) != "__init__.py" or parts[cut] in self._read(best).defined:
                     return best, qualname
             found = self._reexported(module, qualname)
             if found is not None or module in self._packages:
@@ -483,7 +488,7 @@ class ProjectLayout:
         """`from model import FasterRCNNVGG16`, where model/__init__.py re-exports it from a submodule
         (or was not scanned): the one module directly in the package that defines it."""
         head = qualname.split(".", 1)[0]
-        found = [path for path in self.files_in_package(package) if head in self._read(path)[3]]
+        found = [path for path in self.files_in_package(package) if head in self._read(path).defined]
         return (found[0], qualname) if len(set(found)) == 1 else None
 
     def _resolve_relative(self, importer: str, target: str) -> tuple[str, str] | None:
@@ -683,14 +688,21 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary]) -> dict[str, bo
     """CUDA flows from a module that targets it into the modules it calls per step, hands a device
     to, or takes a DataLoader from that its step loops then iterate. It also flows up, to a module whose
     steps call into one that targets CUDA itself (train.py's loop calling a trainer whose model is moved
-    with `.cuda()`): that loop drives the GPU. Only up from a module's own evidence, not from what
+    with `.cuda()`), or that hands such a module the loader its step loop iterates: that loop, that
+    loader, drive the GPU. Only up from a module's own evidence, not from what
     flowed down into it: a helper that one CUDA script calls says nothing about its other callers."""
     cuda = {path: summary.cuda for path, summary in summaries.items()}
+
+    def drives(edge, file, qualname) -> bool:
+        # a per-step call, or a call handing over what the callee's step loop iterates (a loader)
+        target = summaries[file].functions.get(qualname) if file in summaries else None
+        return edge.per_step is not None or (target is not None and bool(target.iterates))
+
     changed = True
     while changed:
         changed = False
         for path, edges in resolved.items():
-            if not cuda.get(path) and any(edge.per_step and cuda.get(file) for edge, file, _ in edges):
+            if not cuda.get(path) and any(cuda.get(file) and drives(edge, file, qualname) for edge, file, qualname in edges):
                 cuda[path] = True
                 changed = True
     changed = True
@@ -707,11 +719,12 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary]) -> dict[str, bo
 
 
 def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> bool:
-    """A file the prefilter ruled out that loops and imports a module whose functions train or hold a
-    step loop: its loop may be a step loop through them (`for batch in stream: engine.train_step(batch)`),
-    or an epoch loop handing them the loaders it builds (`train(epoch, train_loader, model)`)."""
+    """A file the prefilter ruled out that imports a module whose functions train or hold a step loop:
+    its loop may be a step loop through them (`for batch in stream: engine.train_step(batch)`), an epoch
+    loop handing them the loaders it builds (`train(epoch, train_loader, model)`), or, loop or not, it
+    hands them loaders once (StarGAN's main.py: `Solver(celeba_loader, ...)`)."""
     modules = layout.imported_modules(path)
-    if not modules or not layout.loops(path):
+    if not modules:
         return False
     return any(
         ((hit := layout.resolve(path, module + ".*")) is not None and hit[0] in training)

@@ -555,6 +555,24 @@ class StepModel:
             for expr in drawn_from(loop):
                 if isinstance(expr, cst.Name) and expr.value in function.scope.params and expr.value not in function.scope.assignments:
                     found[expr.value] = found.get(expr.value, False) or self.loop_trains(loop)
+        cls = function.class_info
+        if function.name == "__init__" and cls is not None:
+            # `Solver(celeba_loader, ...)` keeps the loader (`self.celeba_loader = celeba_loader`) for a
+            # step loop of another method to iterate (`data_iter = iter(self.celeba_loader)`).
+            for attr, bindings in cls.attributes.items():
+                kept = [b.value.value for b in bindings if isinstance(b.value, cst.Name) and b.scope is function.scope]
+                params = [p for p in kept if p in function.scope.params]
+                if not params:
+                    continue
+                for method in self.index.functions:
+                    if method.class_info is not cls:
+                        continue
+                    for loop in method.loops:
+                        if self.is_step_loop(loop) and any(
+                            self._refers_to(expr, f"self.{attr}", method.scope, loop.scope, 0) for expr in drawn_from(loop)
+                        ):
+                            for param in params:
+                                found[param] = found.get(param, False) or self.loop_trains(loop)
         return tuple(sorted(found.items()))
 
     def remote_step_loops(self, value: cst.BaseExpression) -> list[tuple[CallSite, bool]]:
@@ -745,13 +763,8 @@ class StepModel:
         return None
 
     def _refers_to(self, expr: cst.BaseExpression, name: str, scope: Scope, where: Scope, depth: int) -> bool:
-        if name.startswith("self."):
-            return (
-                isinstance(expr, cst.Attribute)
-                and isinstance(expr.value, cst.Name)
-                and expr.value.value == "self"
-                and expr.attr.value == name[5:]
-            )
+        if name.startswith("self.") and isinstance(expr, cst.Attribute):
+            return isinstance(expr.value, cst.Name) and expr.value.value == "self" and expr.attr.value == name[5:]
         if not isinstance(expr, cst.Name):
             return False
         found = where.lookup(expr.value)

@@ -615,6 +615,43 @@ PROJECTS = {
                 return Munch(discriminator=discriminator)
             """,
     },
+    "a loader handed to a solver's constructor, kept, and iterated by its training method (StarGAN)": {
+        "main.py": """
+            from data_loader import get_loader
+            from solver import Solver
+
+            def main(config):
+                celeba_loader = get_loader(config.image_dir, config.batch_size)
+                solver = Solver(celeba_loader, config)
+                solver.train()
+            """,
+        "data_loader.py": """
+            from torch.utils.data import DataLoader
+
+            def get_loader(image_dir, batch_size):
+                dataset = CelebA(image_dir)
+                data_loader = DataLoader(dataset=dataset, batch_size=batch_size, shuffle=True)  # expect: LA201, LA203
+                return data_loader
+            """,
+        "solver.py": """
+            import torch
+
+            class Solver:
+                def __init__(self, celeba_loader, config):
+                    self.celeba_loader = celeba_loader
+                    self.device = torch.device("cuda")
+
+                def train(self):
+                    data_loader = self.celeba_loader
+                    data_iter = iter(data_loader)
+                    for i in range(self.num_iters):
+                        x_real, label = next(data_iter)
+                        x_real = x_real.to(self.device, non_blocking=True)
+                        loss = self.D(x_real).mean()
+                        loss.backward()
+                        self.d_optimizer.step()
+            """,
+    },
 }
 
 
