@@ -41,6 +41,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Audits PyTorch training loops for the code that keeps a GPU idle.",
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 

@@ -18,6 +18,7 @@ from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED
 from .config import ConfigError
 from .engine import ScanOptions, analyze_path
 from .finding import Finding
+from .profiling.timing import steps_phrase
 from .registry import static_rules
 from .reporting import FORMATS, measured, measured_json
 from .rule import RuntimeRule
@@ -54,7 +55,7 @@ def run(
     stop: Annotated[bool, typer.Option("--stop/--no-stop", help="Stop the script once the steps are measured, or let it finish.")] = True,
     trace_out: Annotated[Optional[str], typer.Option("--trace-out", help="Where to write the trace (implies --profile). Default: SCRIPT.pt.trace.json here.")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", min=0, help="Interrupt the script after this many seconds and report what was measured.")] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, json, concise or github.")] = OutputFormat.full,
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")] = OutputFormat.full,
     select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (static and runtime).")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (not when the script fails).")] = False,
@@ -127,7 +128,7 @@ def run(
         raise usage_error(report.error)
     if not report.steps:
         if outcome.timed_out:
-            raise _end(f"--timeout {timeout:g}s passed before any step was measured ({_steps_seen(report.steps_seen)} seen)", EXIT_ERROR)
+            raise _end(f"--timeout {timeout:g}s passed before any step was measured ({steps_phrase(report.steps_seen)} seen)", EXIT_ERROR)
         if script_failed:
             raise _end(f"the script ended with exit status {outcome.status} before any step was measured (its own output is above)", outcome.status)
         raise _end(_why_nothing_was_measured(report.steps_seen, warmup), EXIT_ERROR)
@@ -170,11 +171,7 @@ def _why_nothing_was_measured(steps_seen: int, warmup: int) -> str:
             "the script never took a step: no `optimizer.step()` ran and no torch DataLoader handed out a "
             "batch, so there was nothing to measure"
         )
-    return f"the script took {_steps_seen(steps_seen)}, all of them warm-up (--warmup {warmup}): rerun with a smaller --warmup to measure them"
-
-
-def _steps_seen(count: int) -> str:
-    return f"{count} step{'s' if count != 1 else ''}"
+    return f"the script took {steps_phrase(steps_seen)}, all of them warm-up (--warmup {warmup}): rerun with a smaller --warmup to measure them"
 
 
 def _window_trace(path: str | None):
@@ -209,13 +206,15 @@ def _scan_other_files(report, script: str, options: ScanOptions) -> list[Finding
 def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[str, list[str]]:
     unit = "optimizer steps" if report.step_kind == "optimizer" else "batches (no optimizer stepped: one step per batch)"
     headline = f"loopaudit run: {script} on {report.device} (torch {report.torch_version})"
-    notes = [f"{len(report.steps)} {unit} measured after {report.warmup} warm-up steps."]
+    notes = [f"{len(report.steps)} {unit} measured after {steps_phrase(report.warmup, 'warm-up')}."]
     if len(report.steps) == 1:
         notes[0] = notes[0].replace("optimizer steps", "optimizer step").replace("batches (", "batch (")
+    if report.startup_excluded:
+        notes.append("Step 1 ran from the script's start (imports, building the model, no batch fetched first): it is left out.")
     if report.stopped:
         notes.append("The script was stopped after them (--no-stop lets it finish).")
     if outcome.timed_out:
-        notes.append(f"The script was interrupted at --timeout after {len(report.steps)} measured steps.")
+        notes.append(f"The script was interrupted at --timeout after {steps_phrase(len(report.steps), 'measured')}.")
     elif outcome.interrupted:
         notes.append("Interrupted: what was measured until then is below.")
     elif not report.window_complete:
@@ -229,7 +228,7 @@ def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[st
 
 def analyze(
     trace: Annotated[str, typer.Argument(help="A torch.profiler (kineto) trace: .json or .json.gz.", show_default=False)],
-    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, json, concise or github.")] = OutputFormat.full,
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")] = OutputFormat.full,
     select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes.")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,

@@ -304,6 +304,26 @@ def test_timeout_reports_what_was_measured(tmp_path):
     assert "interrupted at --timeout" in result.err
 
 
+def test_with_no_warmup_the_start_up_is_not_a_measured_step(tmp_path):
+    # Step 1 of a loop without a DataLoader runs from the script's start: 1 s of start-up here.
+    write_script(tmp_path, textwrap.dedent("""\
+        import time
+        import torch
+        time.sleep(1.0)
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            model(torch.randn(4, 2)).sum().backward()
+            optimizer.step()
+    """))
+    result, document = run_json(tmp_path, "--warmup", "0", "--steps", "3")
+    assert result.returncode == 0, result.err
+    assert document["steps_measured"] == 3 and document["window_complete"]
+    assert max(step["time_ms"] for step in document["steps"]) < 900  # not the second of start-up
+    result = run_cli("run", "train.py", "--warmup", "0", "--steps", "3", cwd=tmp_path)
+    assert "Step 1 ran from the script's start" in result.out
+
+
 def test_usage_errors_exit_2_without_running_anything(tmp_path):
     result = run_cli("run", "missing.py", cwd=tmp_path)
     assert result.returncode == 2 and "no such file: missing.py" in result.err

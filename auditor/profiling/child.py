@@ -31,8 +31,13 @@ def main() -> tuple[int, bool]:
         _report_missing_torch(config["report"], error)
         return EXIT_NO_PROBE, False
 
+    started = config.pop("started", None)
     probe = Probe(**config)
     probe.install()
+    if started:
+        # The script starts now: --timeout counts from here, not from importing torch.
+        with open(started, "w", encoding="utf-8"):
+            pass
     try:
         # By its absolute path, as `python SCRIPT` does since Python 3.9: `__file__` and the code's
         # file name are absolute, so the probe's records and the scan name the same file.

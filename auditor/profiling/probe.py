@@ -58,6 +58,9 @@ class Probe:
         self._step_sites: Counter[tuple[str, int]] = Counter()
         self._last_boundary = time.perf_counter()
         self._wait = 0.0
+        # With --warmup 0 the first step's start is not a step boundary: it is the first batch
+        # fetched, when there is one; a first step without one began with the script (start-up).
+        self._first_step_began = False
         self._spy: SyncSpy | None = None
         self._profiler = None
         self._measuring = False
@@ -100,6 +103,9 @@ class Probe:
             if probe._primary_optimizer is None and probe._batches_fetched:
                 probe._boundary("batch")  # no optimizer has stepped: each batch is a step
             probe._batches_fetched += 1
+            if probe.result.steps_seen == 0 and not probe._first_step_began:
+                probe._first_step_began = True
+                probe._last_boundary, probe._wait = time.perf_counter(), 0.0
             spy = probe._spy
             if spy is not None:
                 spy.fetching = True
@@ -195,7 +201,14 @@ class Probe:
         self.result.step_kind = kind
         self.result.steps_seen += 1
         seen = self.result.steps_seen
-        if self._measuring:
+        startup = seen == 1 and not self._first_step_began  # (only measured with --warmup 0)
+        if self._measuring and startup:
+            self.result.startup_excluded = True
+            if self._spy is not None:
+                self._spy.discard_step()
+            for record in self._empty_cache.values():
+                record.discard()
+        elif self._measuring:
             stalled = self._spy.end_step() if self._spy is not None else 0.0
             for record in self._empty_cache.values():
                 record.commit()
@@ -206,7 +219,7 @@ class Probe:
             self._start_profiler()
         if seen == self.warmup:
             self._open_window()
-        elif seen == self.warmup + self.window and self._measuring:
+        elif seen == self.warmup + self.window + self.result.startup_excluded and self._measuring:
             self.result.window_complete = True
             self.result.stopped = self.stop
             self._close_window()

@@ -27,6 +27,10 @@ class _CountedPerStep:
             self.steps += 1
             self.pending = 0
 
+    def discard(self) -> None:
+        """The step ended but is left out of the measurement (the start-up step): its calls do not count."""
+        self.pending = 0
+
 
 @dataclass
 class SiteRecord(_CountedPerStep):
@@ -110,6 +114,9 @@ class ProbeReport:
     loaders: list[LoaderRecord] = field(default_factory=list)
     batch_moves: list[BatchMove] = field(default_factory=list)
     window_complete: bool = False
+    # With --warmup 0, the first step ran from the script's start (imports, building the model): left
+    # out of the measured steps, which are then the ones after it.
+    startup_excluded: bool = False
     stopped: bool = False  # loopaudit stopped the script after the window
     trace: str | None = None
     error: str | None = None  # the probe itself could not run (torch missing)

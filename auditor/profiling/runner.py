@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -58,10 +59,12 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
     with tempfile.TemporaryDirectory(prefix="loopaudit-") as work:
         report_path = os.path.join(work, "report.json")
         config_path = os.path.join(work, "config.json")
+        started_path = os.path.join(work, "started")
         with open(config_path, "w", encoding="utf-8") as stream:
             json.dump({
                 "warmup": request.warmup, "steps": request.steps, "profile": request.profile,
                 "trace_out": request.trace_out, "report": report_path, "stop": request.stop,
+                "started": started_path,
             }, stream)
         command = [sys.executable, "-m", "loopaudit.profiling.child", config_path, request.script, *request.args]
         child = subprocess.Popen(command, stdout=request.script_output)
@@ -69,6 +72,8 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
         try:
             if while_running is not None:
                 while_running()
+            if request.timeout is not None:
+                _wait_for_start(child, started_path)
             status = child.wait(timeout=request.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -80,6 +85,13 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
     if status < 0:  # killed by a signal: report it the way a shell does
         status = 128 - status
     return RunOutcome(report, status, timed_out, interrupted)
+
+
+def _wait_for_start(child: subprocess.Popen, started_path: str) -> None:
+    """Until the child has imported torch and starts the script (or ends): --timeout is the script's
+    time, and importing torch takes seconds on a busy machine."""
+    while not os.path.exists(started_path) and child.poll() is None:
+        time.sleep(0.02)
 
 
 def _interrupt(child: subprocess.Popen, already_signalled: bool = False) -> int:

@@ -147,6 +147,12 @@ class SyncSpy:
         stalled, self.stall_seconds = self.stall_seconds, 0.0
         return stalled
 
+    def discard_step(self) -> None:
+        """A step left out of the measurement ended: its calls and stalls do not count."""
+        for record in (*self.sites.values(), *self.batch_moves.values()):
+            record.discard()
+        self.stall_seconds = 0.0
+
     def _disable(self) -> None:
         self._enabled = False
 
