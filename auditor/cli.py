@@ -251,8 +251,11 @@ def _print_statistics(findings, output_format: OutputFormat, color: bool) -> Non
         data = [{"code": code, "name": rule.name if rule else None, "count": count} for code, count, rule in rows]
         typer.echo(json.dumps(data, indent=2))
         return
+    width = max(5, len(str(len(findings))))
+    typer.echo(f"{'count':>{width}}  {'code':<6} rule")
     for code, count, rule in rows:
-        typer.echo(f"{count:>5}  {code:<6} {rule.name if rule else ''}")
+        typer.echo(f"{count:>{width}}  {code:<6} {rule.name if rule else ''}".rstrip())
+    typer.echo(f"{len(findings):>{width}}  total in {len(rows)} rule{'s' if len(rows) != 1 else ''}")
 
 
 @app.command("rules")
@@ -282,7 +285,11 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code, e.g. LA101,
     rule = rule_by_code(code) or next((r for r in all_rules() if r.name == code), None)
     if rule is None:
         raise usage_error(f"no rule {code!r} (see `loopaudit rules`)")
-    Console(highlight=False).print(Markdown(rule_markdown(rule)))
+    console = Console(highlight=False)
+    if console.is_terminal:
+        console.print(Markdown(rule_markdown(rule)))
+    else:
+        typer.echo(rule_markdown(rule))  # piped: the Markdown itself, not a rendering padded to the width
 
 
 app.command("run")(run)
