@@ -1,11 +1,14 @@
-"""What every `loopaudit` command shares: exit codes, the output formats, usage errors, rule codes."""
+"""What every `loopaudit` command shares: exit codes, the output formats, usage errors, rule codes,
+the way help lists parameters."""
 
 from __future__ import annotations
 
 import enum
+import re
 from pathlib import Path
 
 import typer
+from typer.core import TyperCommand
 
 from .config import ConfigError, ConfigFinder
 from .registry import unknown_codes
@@ -60,3 +63,30 @@ def build_settings(select, extend_select, ignore, output_format, config: str | N
         return Settings(ConfigFinder(Path(config) if config else None, isolated), command_line)
     except ConfigError as error:
         raise usage_error(str(error))
+
+
+class PlainHelpCommand(TyperCommand):
+    """A command whose help lists parameters as argparse does (`script`, `--steps STEPS`): typer
+    appends a Python type to every one (`script <str>`, `--select <list[str]>`, `--steps <int
+    range>`), which says nothing the help text does not. A choice's values stay
+    (`--output-format <full|concise|...>`)."""
+
+    def format_options(self, ctx, formatter) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            name, text = record
+            if "|" not in name:
+                # argparse's way: a value-taking option shows its value by name (`--steps STEPS`)
+                takes_value = param.param_type_name == "option" and not getattr(param, "is_flag", False)
+                name = _TYPE_SUFFIX.sub(f" {param.name.upper()}" if takes_value else "", name)
+            (arguments if param.param_type_name == "argument" else options).append((name, text))
+        for title, records in (("Arguments", arguments), ("Options", options)):
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+
+_TYPE_SUFFIX = re.compile(r" <[^<>]*>$")

@@ -852,7 +852,10 @@ class StepModel:
 
     def _disables_grad(self, expr: cst.BaseExpression) -> bool:
         call = expr if isinstance(expr, cst.Call) else None
-        qualified = self.index.imports.qualify(call.func if call else expr) or ""
+        target = call.func if call else expr
+        # `torch` that no import binds came in through a star import (`from modeling.deeplab import *`):
+        # read the name as written.
+        qualified = self.index.imports.qualify(target) or dotted_name(target) or ""
         if qualified in ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"):
             return True
         if qualified == "torch.set_grad_enabled" and call is not None and call.args:

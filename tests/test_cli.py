@@ -284,3 +284,16 @@ def test_version_and_module_entry_point():
 
     module = subprocess.run([sys.executable, "-m", "loopaudit", "--version"], capture_output=True, text=True)
     assert module.returncode == 0 and module.stdout == result.out
+
+
+def test_help_says_what_each_command_and_parameter_is_without_python_types():
+    top = run_cli("-h")
+    assert top.returncode == 0 and "Commands:" in top.out
+    commands = top.out.split("Commands:")[1]
+    assert "..." not in commands  # no summary cut short
+    for command in ("scan", "config", "rules", "rule", "run", "analyze"):
+        result = run_cli(command, "-h")
+        assert result.returncode == 0, result.err
+        assert "<str>" not in result.out and "<list[" not in result.out and "range>" not in result.out, result.out
+    run_help = " ".join(run_cli("run", "--help").out.split())  # help wraps at the terminal's width
+    assert "--steps STEPS" in run_help and "full, concise, json, github, sarif, gitlab or junit" in run_help
