@@ -37,3 +37,18 @@ def test_readme_test_command_is_what_ci_runs():
     install_and_scan, run_tests = commands
     assert run_tests == ci
     assert install_and_scan.startswith("pip install . && loopaudit scan fixtures/")
+
+
+
+def test_the_version_the_changelog_and_the_pre_commit_snippet_agree():
+    version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert run_cli("--version").out.strip() == f"loopaudit {version}"
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    newest = re.search(r"^## (\S+)(.*)$", changelog, re.M)
+    assert newest.group(1) == version
+    revs = re.findall(r"^\s*rev: (\S+)", README, re.M)
+    assert revs, "the README's pre-commit snippet names a rev"
+    for rev in revs:
+        # a tag only once the changelog says that version is released; else a commit
+        released = f"v{version}" == rev and "unreleased" not in newest.group(2)
+        assert released or re.fullmatch(r"[0-9a-f]{40}", rev), rev
