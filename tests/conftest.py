@@ -55,3 +55,18 @@ def findings_of(source: str, select: str | None = None) -> list[tuple[int, str]]
     """(line, code) of every finding in `source`, optionally only codes starting with `select`."""
     rules = select_rules([select], None) if select else all_rules()
     return [(f.location.row, f.code) for f in analyze_text(source, "example.py", ScanOptions(rules=rules))]
+
+
+# The real torch.profiler traces captured on GPUs by others (../shared/traces beside the project):
+# the tests that read them skip without them, and the run says so once, loudly, at its end.
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if SHARED_TRACES.is_dir():
+        return
+    skipped = [report for report in terminalreporter.stats.get("skipped", []) if "traces" in str(report.longrepr)]
+    if skipped:
+        terminalreporter.write_sep(
+            "!", f"{len(skipped)} tests did not run: the real GPU traces are missing ({SHARED_TRACES})", red=True, bold=True,
+        )
