@@ -28,6 +28,7 @@ from .baseline import write as write_baseline_file
 from .config import ConfigError
 from .finding import Finding
 from .fixing import applicable, fix_file
+from .progress import ScanProgress
 from .since import SinceError, changed_lines, on_changed_lines
 from .engine import analyze_many, analyze_stdin
 from .cli_support import (
@@ -104,7 +105,12 @@ def scan(
     except BaselineError as error:
         raise usage_error(str(error))
     try:
-        results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude)
+        # A bar only for the human-readable formats on a terminal (it goes to stderr, and away at the end).
+        show_progress = sys.stdout.isatty() and sys.stderr.isatty() and OutputFormat(settings.output_format(Path.cwd())) in (
+            OutputFormat.full, OutputFormat.concise,
+        )
+        with ScanProgress("scanning", show_progress) as progress:
+            results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude, progress)
         fixes = []
         if fix or diff:
             results.findings, fixes = _fix_files(results, files, settings, unsafe_fixes, write=not diff)
@@ -137,7 +143,7 @@ def scan(
     raise typer.Exit(failed or (EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN))
 
 
-def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool):
+def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool, progress=None):
     """The scan's results and the files it read (one pseudo-file for stdin)."""
     if paths == ["-"]:
         name = stdin_filename or "<stdin>"
@@ -149,7 +155,8 @@ def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, for
         raise usage_error(f"no such file or folder: {missing}")
     files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
     workers = jobs or os.cpu_count() or 1
-    return analyze_many([(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files], workers), files
+    items = [(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files]
+    return analyze_many(items, workers, progress), files
 
 
 def _narrow(findings, since: str | None, known: frozenset[str] | None):

@@ -14,7 +14,7 @@ import re
 import stat
 import sys
 import tokenize
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -375,15 +375,18 @@ class ScanResult:
 Item = tuple[str, str, bool, ScanOptions]  # (path, display name, named explicitly, options)
 
 
-def analyze_many(items: Iterable[Item], jobs: int) -> ScanResult:
+def analyze_many(items: Iterable[Item], jobs: int, progress: Callable[[int, int], None] | None = None) -> ScanResult:
     """Analyse (path, display name, explicit, options) items, in worker processes when there are
     many. Each file has its own options: the configuration closest to it decides them.
 
     Several files are one project (project.py): each is analysed, then analysed again with what the
-    others say about it, until nothing changes. A single file is analysed alone."""
+    others say about it, until nothing changes. A single file is analysed alone.
+
+    `progress(done, total)` hears of each file of the first round as its analysis ends (the later
+    rounds re-analyse few files)."""
     work = list(items)
     path_of = [os.path.abspath(item[0]) for item in work]
-    with _Workers(jobs if len(work) >= 16 else 1) as workers:
+    with _Workers(jobs if len(work) >= 16 else 1, progress) as workers:
         # The project: the scanned files outside any library's own sources (project.py).
         scanned = ProjectLayout(path_of)
         project = [i for i in range(len(work)) if not scanned.is_library(path_of[i])]
@@ -434,9 +437,10 @@ def _total(outcomes: list[Outcome], facts: dict[str, ProjectFacts]) -> ScanResul
 class _Workers:
     """Runs analyses in this process, or in one pool of worker processes kept for every round."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, progress: Callable[[int, int], None] | None = None) -> None:
         self.jobs = jobs
         self._pool = None
+        self._progress = progress  # told of the first round only
 
     def __enter__(self) -> _Workers:
         return self
@@ -446,8 +450,13 @@ class _Workers:
             self._pool.shutdown()
 
     def run(self, work: list[tuple[str, str, bool, ScanOptions, ProjectFacts | None]]) -> list[Outcome]:
+        progress, self._progress = self._progress or (lambda done, total: None), None
         if self.jobs <= 1 or len(work) < 2:
-            return [_analyze_item(item) for item in work]
+            outcomes = []
+            for item in work:
+                outcomes.append(_analyze_item(item))
+                progress(len(outcomes), len(work))
+            return outcomes
         if self._pool is None:
             from concurrent.futures import ProcessPoolExecutor
 
@@ -455,10 +464,10 @@ class _Workers:
         # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
         # test files) must not end up in one worker's batch while the others sit idle.
         order = sorted(range(len(work)), key=lambda i: _size(work[i][0]), reverse=True)
-        results = list(self._pool.map(_analyze_item, [work[i] for i in order], chunksize=1))
         outcomes: list[Outcome] = [([], [], None)] * len(work)
-        for i, outcome in zip(order, results):
+        for done, (i, outcome) in enumerate(zip(order, self._pool.map(_analyze_item, [work[i] for i in order], chunksize=1)), 1):
             outcomes[i] = outcome
+            progress(done, len(work))
         return outcomes
 
 
