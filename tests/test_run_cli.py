@@ -32,7 +32,7 @@ SLOW_LOADER = textwrap.dedent("""\
             return 100_000
 
         def __getitem__(self, index):
-            time.sleep(0.001)  # reading and decoding a sample
+            time.sleep(0.004)  # reading and decoding a sample (a sleep takes as long on a busy machine)
             return torch.randn(32), index % 10
 
 
