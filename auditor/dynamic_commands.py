@@ -115,6 +115,7 @@ def run(
         timeout=timeout,
         # JSON goes to stdout alone: the script's own output moves to stderr.
         script_output=sys.stderr if output_format is not OutputFormat.full else None,
+        on_progress=_PhaseNotes(warmup, steps) if output_format is OutputFormat.full and _on_terminal() else None,
     )
     outcome = run_script(request, scan_while_it_runs)
     report = outcome.report
@@ -201,6 +202,30 @@ def _scan_other_files(report, script: str, options: ScanOptions) -> list[Finding
         if file.endswith(".py") and os.path.isfile(file):
             findings += analyze_path(file, display_path(file), options, explicit=True)
     return findings
+
+
+def _on_terminal() -> bool:
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+class _PhaseNotes:
+    """Says on stderr when the run moves on: steps found and warming up, measuring. Lines rather than a
+    live bar: the script writes to the same terminal, and would cut through a bar redrawn in place."""
+
+    def __init__(self, warmup: int, steps: int) -> None:
+        self.warmup, self.steps = warmup, steps
+        self._said = ""
+
+    def __call__(self, seen: int) -> None:
+        if seen < self.warmup:
+            phase = f"loopaudit: steps found; warming up ({steps_phrase(self.warmup)})"
+        elif seen < self.warmup + self.steps:
+            phase = f"loopaudit: measuring {steps_phrase(self.steps)}"
+        else:
+            return
+        if phase != self._said:
+            self._said = phase
+            typer.echo(phase, err=True)
 
 
 def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[str, list[str]]:

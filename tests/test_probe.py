@@ -83,3 +83,18 @@ def test_a_script_that_does_not_parse_gets_python_s_message_only(tmp_path):
     completed, _ = run_probe(tmp_path, "for x in loader\n    pass\n")
     assert completed.returncode == 1
     assert "SyntaxError" in completed.stderr and "loopaudit" not in completed.stderr
+
+
+def test_the_runner_hears_of_the_steps_as_they_pass(tmp_path):
+    import os
+
+    from loopaudit.profiling.runner import RunRequest, run_script
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    seen: list[int] = []
+    with open(os.devnull, "w") as quiet:
+        outcome = run_script(RunRequest(script=str(script), warmup=2, steps=5, script_output=quiet, on_progress=seen.append))
+    assert outcome.report is not None and outcome.report.window_complete
+    assert seen and seen == sorted(seen) and len(set(seen)) == len(seen)  # told as steps pass, each count once
+    assert seen[-1] <= 2 + 5

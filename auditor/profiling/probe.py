@@ -39,7 +39,10 @@ class AuditComplete(BaseException):
 
 
 class Probe:
-    def __init__(self, warmup: int, steps: int, profile: bool, trace_out: str | None, report: str, stop: bool) -> None:
+    def __init__(
+        self, warmup: int, steps: int, profile: bool, trace_out: str | None, report: str, stop: bool,
+        progress: str | None = None,
+    ) -> None:
         self.warmup, self.window, self.profile, self.trace_out = warmup, steps, profile, trace_out
         self.report_path, self.stop = report, stop
         self.pid = os.getpid()
@@ -68,6 +71,7 @@ class Probe:
         self._loaders: dict[int, tuple[LoaderRecord, int]] = {}  # id(loader) -> (record, index)
         self._empty_cache: dict[tuple[str, int], SiteRecord] = {}
         self._original_showwarning = None
+        self._progress_path = progress  # where the runner reads how many steps have passed
 
     # --- installing --------------------------------------------------------------------------
 
@@ -219,7 +223,13 @@ class Probe:
             self._start_profiler()
         if seen == self.warmup:
             self._open_window()
-        elif seen == self.warmup + self.window + self.result.startup_excluded and self._measuring:
+        if self._progress_path is not None:
+            try:
+                with open(self._progress_path, "w", encoding="utf-8") as stream:
+                    stream.write(str(seen))
+            except OSError:
+                self._progress_path = None  # progress is a courtesy, never a failure
+        if seen == self.warmup + self.window + self.result.startup_excluded and self._measuring:
             self.result.window_complete = True
             self.result.stopped = self.stop
             self._close_window()

@@ -38,6 +38,8 @@ class RunRequest:
     stop: bool = True
     timeout: float | None = None
     script_output: TextIO | None = None  # where the script's stdout goes; None: this process's
+    # told the number of steps seen so far, as they pass (polled a few times a second)
+    on_progress: Callable[[int], None] | None = None
 
 
 @dataclass
@@ -60,11 +62,12 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
         report_path = os.path.join(work, "report.json")
         config_path = os.path.join(work, "config.json")
         started_path = os.path.join(work, "started")
+        progress_path = os.path.join(work, "progress")
         with open(config_path, "w", encoding="utf-8") as stream:
             json.dump({
                 "warmup": request.warmup, "steps": request.steps, "profile": request.profile,
                 "trace_out": request.trace_out, "report": report_path, "stop": request.stop,
-                "started": started_path,
+                "started": started_path, "progress": progress_path if request.on_progress else None,
             }, stream)
         command = [sys.executable, "-m", "loopaudit.profiling.child", config_path, request.script, *request.args]
         child = subprocess.Popen(command, stdout=request.script_output)
@@ -74,7 +77,7 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
                 while_running()
             if request.timeout is not None:
                 _wait_for_start(child, started_path)
-            status = child.wait(timeout=request.timeout)
+            status = _wait(child, request.timeout, progress_path, request.on_progress)
         except subprocess.TimeoutExpired:
             timed_out = True
             status = _interrupt(child)
@@ -85,6 +88,33 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
     if status < 0:  # killed by a signal: report it the way a shell does
         status = 128 - status
     return RunOutcome(report, status, timed_out, interrupted)
+
+
+def _wait(child: subprocess.Popen, timeout: float | None, progress_path: str, on_progress) -> int:
+    """child.wait(timeout), telling `on_progress` of the steps seen while it runs."""
+    if on_progress is None:
+        return child.wait(timeout=timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    told = 0
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(child.args, timeout)
+        try:
+            return child.wait(timeout=0.25 if left is None else min(0.25, left))
+        except subprocess.TimeoutExpired:
+            seen = _steps_seen(progress_path)
+            if seen > told:
+                told = seen
+                on_progress(seen)
+
+
+def _steps_seen(progress_path: str) -> int:
+    try:
+        with open(progress_path, encoding="utf-8") as stream:
+            return int(stream.read() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def _wait_for_start(child: subprocess.Popen, started_path: str) -> None:
