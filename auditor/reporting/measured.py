@@ -22,6 +22,8 @@ from . import full
 
 _BAR_WIDTH = 48
 _MAX_BARS = 40
+# A step this many times the median is marked in the table (the median and p90 are robust to it).
+_OUTLIER = 3.0
 # Each part's bar character and colour: the characters alone tell them apart without colour.
 _PART_STYLE = {"compute": ("█", "green"), "data_wait": ("░", "red"), "sync_stall": ("▓", "yellow")}
 _PART_NAME = {"compute": "compute", "data_wait": "data wait", "sync_stall": "sync stall"}
@@ -62,11 +64,15 @@ def _bars(console: Console, breakdown: Breakdown) -> None:
         return
     longest = max(row.total_ms for row in rows) or 1.0
     label_width = max(len(row.label) for row in rows[:_MAX_BARS])
+    median = breakdown.step_time_ms["median"] or 0.0
     for row in rows[:_MAX_BARS]:
         line = Text(f"  {row.label:>{label_width}}  {_ms(row.total_ms):>9}  ")
         for part in PARTS:
             char, style = _PART_STYLE[part]
             line.append(char * round(row.part(part) / longest * _BAR_WIDTH), style=style)
+        if len(rows) >= 3 and median and row.total_ms > _OUTLIER * median:
+            # a first epoch's worker start-up, a lazy initialisation: it weighs on the mean, not the median
+            line.append(f"  {row.total_ms / median:.0f}x the median", style="yellow")
         console.print(line)
     if len(rows) > _MAX_BARS:
         console.print(Text(f"  ... {len(rows) - _MAX_BARS} more steps", style="dim"))
