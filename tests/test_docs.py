@@ -36,7 +36,10 @@ def test_readme_test_command_is_what_ci_runs():
     assert len(commands) == 2, commands
     install_and_scan, run_tests = commands
     assert run_tests == ci
-    assert install_and_scan.startswith("pip install . && loopaudit scan fixtures/")
+    assert install_and_scan.startswith("pip install . && loopaudit scan --exit-zero fixtures/")
+    # The first command exits 0 on a fresh machine: it shows the findings without failing.
+    scanned = run_cli(*install_and_scan.split(" && ")[1].split()[1:], cwd=REPO)
+    assert scanned.returncode == 0 and "LA202" in scanned.out, scanned.out + scanned.err
 
 
 
