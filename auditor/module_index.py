@@ -508,6 +508,13 @@ def build_index(module: cst.Module, site_types: tuple[type, ...], periodic_names
     index = ModuleIndex(module, imports, module_scope, Frame(FrameKind.MODULE, None, module))
     indexer = _Indexer(index, site_types, periodic_names)
     walk(module, indexer.on_visit, indexer.on_visit_attribute, indexer.on_leave_attribute, _STRUCTURAL)
+    for name, bindings in module_scope.assignments.items():
+        # `autocast = torch.cuda.amp.autocast` (RAFT): bound once, at module level, to a torch API.
+        if len(bindings) == 1 and bindings[0].kind == "value" and isinstance(bindings[0].value, cst.Attribute):
+            qualified = imports.qualify(bindings[0].value)
+            # (A class of the same name is the fallback of an `except ImportError:`, for old versions.)
+            if qualified is not None and qualified.startswith("torch."):
+                imports.add_alias(name, qualified)
     return index
 
 

@@ -70,6 +70,11 @@ class ImportTable:
                 local = alias.asname.name.value
             self._aliases[local] = prefix + imported
 
+    def add_alias(self, local: str, qualified: str) -> None:
+        """`autocast = torch.cuda.amp.autocast` at module level: the name stands for the torch API, as
+        an import would make it."""
+        self._aliases.setdefault(local, qualified)
+
     def qualify(self, node: cst.BaseExpression) -> str | None:
         """The qualified name of `node` if its first part was imported, else None."""
         text = dotted_name(node)

@@ -77,6 +77,18 @@ class DeprecatedCudaAmp(Rule):
         "    out = model(x)\n",
     )
     invalid = (
+        # Through a module-level alias, with a stand-in class for old versions (RAFT).
+        "import torch\n"
+        "try:\n"
+        "    autocast = torch.cuda.amp.autocast\n"
+        "except AttributeError:\n"
+        "    class autocast:\n"
+        "        def __init__(self, enabled):\n"
+        "            pass\n"
+        "class RAFT(torch.nn.Module):\n"
+        "    def forward(self, image1, image2):\n"
+        "        with autocast(enabled=True):  # expect: LA502\n"
+        "            return self.fnet([image1, image2])\n",
         "import torch\n"
         "from torch.cuda.amp import GradScaler, autocast\n"
         "scaler = GradScaler()  # expect: LA502\n"
