@@ -559,7 +559,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                     iterates.setdefault(path, set()).add((edge.target, param, position, trained))
                     depends.setdefault(path, set()).add(file)
                 for key, value in edge.values:
-                    name = target.params[int(key)] if key.isdigit() and int(key) < len(target.params) else key
+                    name = _parameter_named(target.params, key)
                     if name in target.loader_settings:
                         values.setdefault(file, set()).add((qualname, name, value))
                         depends.setdefault(file, set()).add(path)
@@ -606,11 +606,10 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             target = summary.functions.get(qualname) if summary is not None else None
             params = target.params if target is not None else ()
             for key, kind in edge.arguments:
-                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
-                kinds.setdefault(file, {}).setdefault((qualname, name), set()).add(kind)
+                kinds.setdefault(file, {}).setdefault((qualname, _parameter_named(params, key)), set()).add(kind)
                 depends.setdefault(file, set()).add(path)
             for key, cls in edge.classes:
-                name = params[int(key)] if key.isdigit() and int(key) < len(params) else key
+                name = _parameter_named(params, key)
                 where = _absolute_class(layout, path, cls)
                 if where is not None:
                     classes.setdefault(file, {}).setdefault((qualname, name), where)
@@ -645,6 +644,11 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             reached=path in reached,
         )
     return facts
+
+
+def _parameter_named(params: tuple[str, ...], key: str) -> str:
+    """The parameter an argument fills: its keyword, or the name at its position ("0" -> "model")."""
+    return params[int(key)] if key.isdigit() and int(key) < len(params) else key
 
 
 def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, ModuleSummary]):

@@ -559,20 +559,17 @@ class StepModel:
         if function.name == "__init__" and cls is not None:
             # `Solver(celeba_loader, ...)` keeps the loader (`self.celeba_loader = celeba_loader`) for a
             # step loop of another method to iterate (`data_iter = iter(self.celeba_loader)`).
+            class_step_loops = [
+                (method, loop) for method in self.index.functions if method.class_info is cls
+                for loop in method.loops if self.is_step_loop(loop)
+            ]
             for attr, bindings in cls.attributes.items():
                 kept = [b.value.value for b in bindings if isinstance(b.value, cst.Name) and b.scope is function.scope]
                 params = [p for p in kept if p in function.scope.params]
-                if not params:
-                    continue
-                for method in self.index.functions:
-                    if method.class_info is not cls:
-                        continue
-                    for loop in method.loops:
-                        if self.is_step_loop(loop) and any(
-                            self._refers_to(expr, f"self.{attr}", method.scope, loop.scope, 0) for expr in drawn_from(loop)
-                        ):
-                            for param in params:
-                                found[param] = found.get(param, False) or self.loop_trains(loop)
+                for method, loop in class_step_loops if params else ():
+                    if any(self._refers_to(expr, f"self.{attr}", method.scope, loop.scope, 0) for expr in drawn_from(loop)):
+                        for param in params:
+                            found[param] = found.get(param, False) or self.loop_trains(loop)
         return tuple(sorted(found.items()))
 
     def remote_step_loops(self, value: cst.BaseExpression) -> list[tuple[CallSite, bool]]:

@@ -195,35 +195,33 @@ class DynamicShapeInStep(Rule):
         """Does the function of this module that the binding's call enters return a mask there (the
         whole value, or the binding's element of a returned tuple)?"""
         site = ctx.steps.call_site(binding.value)
-        saved = ctx.scope
-        try:
-            for function in ctx.steps.resolve(site) if site is not None else ():
-                for returned in function.returns:
-                    if binding.kind == "element":
-                        if not isinstance(returned, cst.Tuple) or binding.position >= len(returned.elements):
-                            continue
-                        returned = returned.elements[binding.position].value
-                    ctx.scope = function.scope
-                    if self._is_mask(returned, ctx, depth + 1):
-                        return True
-        finally:
-            ctx.scope = saved
-        return False
+        returned = []
+        for function in ctx.steps.resolve(site) if site is not None else ():
+            for value in function.returns:
+                if binding.kind == "element":
+                    if not isinstance(value, cst.Tuple) or binding.position >= len(value.elements):
+                        continue
+                    value = value.elements[binding.position].value
+                returned.append((value, function.scope))
+        return self._any_mask(returned, ctx, depth)
 
     def _parameter_is_mask(self, name: str, scope, ctx, depth: int) -> bool:
         """`def evaluate(..., mask, ...)` called as `evaluate(..., val_mask, ...)`: on that call's path the
         function indexes with a boolean mask, whatever other call sites pass."""
         function = ctx.steps.function_info(scope.function) if scope.function is not None else None
-        passed = ctx.tensors.arguments_for(name, function) if function is not None else []
+        return self._any_mask(ctx.tensors.arguments_for(name, function) if function is not None else [], ctx, depth)
+
+    def _any_mask(self, candidates, ctx, depth: int) -> bool:
+        """Is one of these (expression, scope it is read in) a mask? The rule's context reads each in its scope."""
         saved = ctx.scope
         try:
-            verdicts = []
-            for argument, site_scope in passed:
-                ctx.scope = site_scope
-                verdicts.append(argument is not None and self._is_mask(argument, ctx, depth + 1))
+            for expr, scope in candidates:
+                ctx.scope = scope
+                if expr is not None and self._is_mask(expr, ctx, depth + 1):
+                    return True
         finally:
             ctx.scope = saved
-        return any(verdicts)
+        return False
 
     def _binding_is_mask(self, binding, ctx, depth: int) -> bool:
         if binding.kind in ("value", "element") and isinstance(binding.value, cst.Call) and self._returns_mask(binding, ctx, depth):
