@@ -38,6 +38,9 @@ class ImportTable:
 
     def __init__(self) -> None:
         self._aliases: dict[str, str] = {}
+        # Modules imported with `from layers import *` (relative ones keep their dots): a name no
+        # import binds may come from one of them.
+        self.star_modules: list[str] = []
 
     def add(self, node: cst.Import | cst.ImportFrom) -> None:
         if isinstance(node, cst.Import):
@@ -52,13 +55,15 @@ class ImportTable:
                     top = full.split(".")[0]
                     self._aliases.setdefault(top, top)
             return
-        if isinstance(node.names, cst.ImportStar):
-            return
         # A relative import names this project's code, never torch: it keeps its leading dots
         # (`from .engine import step` -> ".engine.step") for the project index to resolve.
         dots = "." * len(node.relative)
         module = dotted_name(node.module) if node.module is not None else ""
         if module is None:
+            return
+        if isinstance(node.names, cst.ImportStar):
+            if module:
+                self.star_modules.append(dots + module)
             return
         prefix = dots + module + "." if module else dots
         for alias in node.names:

@@ -117,7 +117,7 @@ class ProjectFacts:
 
     def reaches_project(self, target: str) -> bool:
         # ".x" relative, "@file:Class.m" a class a caller handed in, "*.m" a method of an untyped object
-        return target.startswith((".", "@", "*")) or target.split(".", 1)[0] in self.roots
+        return target.startswith((".", "@", "*", "&")) or target.split(".", 1)[0] in self.roots
 
 
 @dataclass(frozen=True)
@@ -382,11 +382,19 @@ class ProjectLayout:
         self.root = os.path.commonpath([os.path.dirname(p) for p in self.paths])
         # The scanned folder may be a package itself (`scan pytorchyolo/`, whose modules import
         # `pytorchyolo.utils.loss`): names start up to a few package levels above it.
+        scanned = self.root
         for _ in range(3):
             parent = os.path.dirname(self.root)
             if parent == self.root or not os.path.basename(self.root).isidentifier():
                 break
             self.root = parent
+        # The scanned folder, when it has no `__init__.py`, is a project folder rather than a
+        # package: when it is named like one of its modules (raft/ holding core/raft.py, put on
+        # sys.path by the script), `from raft import RAFT` means that module.
+        self._loose_folders: set[str] = set()
+        if scanned != self.root and not os.path.isfile(os.path.join(scanned, "__init__.py")):
+            parts = os.path.relpath(scanned, self.root).split(os.sep)
+            self._loose_folders = {".".join(parts[i:]) for i in range(len(parts))}
         for path in self.paths:
             for name in self.module_names(path):
                 self._by_name.setdefault(name, []).append(path)
@@ -458,13 +466,15 @@ class ProjectLayout:
                 file, _, cls = self.fields[target[2:]][1:].rpartition(":")
                 return (file, f"{cls}.forward") if file in self._files else None
             return owners[0] if len(owners) == 1 else None
+        if target.startswith("&"):
+            return self._resolve_star(importer, target)
         if target.startswith("."):
             return self._resolve_relative(importer, target)
         parts = target.split(".")
         for cut in range(len(parts) - 1, 0, -1):
             module, qualname = ".".join(parts[:cut]), ".".join(parts[cut:])
             candidates = self._by_name.get(module)
-            if module in self._packages:
+            if module in self._packages and not (module in self._loose_folders and candidates):
                 # `yolox` is the package, not yolox/models/yolox.py known by its short name
                 candidates = [c for c in candidates or () if os.path.basename(c) == "__init__.py"]
             if candidates:
@@ -473,10 +483,20 @@ class ProjectLayout:
                 if os.path.basename(best) != "__init__.py" or parts[cut] in self._read(best).defined:
                     return best, qualname
             found = self._reexported(module, qualname)
-            if found is not None or module in self._packages:
+            if found is not None or (module in self._packages and module not in self._loose_folders):
                 # A package of the scan (`yolox.utils`) that does not define the name: the call leaves
                 # the scanned files. A shorter cut would only find a module named like the package
                 # (yolox/models/yolox.py for `yolox`).
+                return found
+        return None
+
+    def _resolve_star(self, importer: str, target: str) -> tuple[str, str] | None:
+        """"&utils,layers:name": `name` from whichever star-imported module of the scan defines it
+        (the last import wins, as in Python)."""
+        modules, _, name = target[1:].rpartition(":")
+        for module in reversed(modules.split(",")):
+            found = self.resolve(importer, f"{module}.{name}")
+            if found is not None and name in self._read(found[0]).defined:
                 return found
         return None
 

@@ -17,6 +17,7 @@ in this module is itself per step. docs/per-step-model.md explains the choices a
 
 from __future__ import annotations
 
+import builtins
 import re
 from dataclasses import dataclass
 
@@ -55,6 +56,12 @@ _MODEL_WRAPPERS = frozenset({
     "torch.nn.parallel.distributed.DistributedDataParallel", "torch.compile",
 })
 _MODEL_WRAPPER_NAMES = frozenset({"DistributedDataParallel", "DataParallel", "DDP"})
+
+def _is_builtin(name: str) -> bool:
+    return name in _BUILTINS
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 _IGNITE_ENGINES = frozenset({"Engine", "DeterministicEngine"})
 
@@ -247,6 +254,15 @@ class StepModel:
         owner = self.class_of(func, site.scope)
         if owner is not None:
             return f"{owner}.forward"
+        if (
+            isinstance(func, cst.Name) and self.index.imports.star_modules and not _is_builtin(func.value)
+            and func.value not in self.index.classes
+        ):
+            # `from layers import *` ... `transformation_from_parameters(...)`: a function of one of
+            # those modules (the project index finds which defines it).
+            found = site.scope.lookup(func.value)
+            if found is None:
+                return "&" + ",".join(self.index.imports.star_modules) + ":" + func.value
         if isinstance(func, cst.Attribute) and func.attr.value not in _COMMON_METHODS:
             # `model.parse_batch(batch)` on an object we cannot type: the project may have only
             # one class with that method (the project index decides).

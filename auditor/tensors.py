@@ -19,7 +19,7 @@ import libcst as cst
 
 from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope
 from .names import terminal_name
-from .patterns import FORWARD_CALLEE
+from .patterns import FORWARD_CALLEE, unwrap_iterable
 from .stepmodel import StepModel, argument_for
 from .walk import holds
 
@@ -328,8 +328,21 @@ class TensorInference:
             # `logits, loss = model(x, y)`, `x, y = batch`: elements of tensors' containers are tensors.
             return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
         if binding.kind == "loop":
-            return self._loop_element_kind(value, scope, binding.position)
+            kind = self._loop_element_kind(value, scope, binding.position)
+            if kind is Kind.UNKNOWN and self._yields_batches(binding.loop):
+                return Kind.HOST_TENSOR
+            return kind
         return Kind.UNKNOWN
+
+    def _yields_batches(self, loop: LoopInfo | None) -> bool:
+        """A `for` step loop over something that is not a count yields batches, whatever the
+        iterable is called: MDM's `for motion, cond in tqdm(self.data): ... self.run_step(motion, cond)`
+        iterates a loader handed to the constructor by another module."""
+        if loop is None or not isinstance(loop.node, cst.For) or not self.steps.is_step_loop(loop):
+            return False
+        iterables = unwrap_iterable(loop.node.iter)
+        # `for optim in optimizers: init_state(optim)` trains too, but over the things that train.
+        return bool(iterables) and not any(_NOT_BATCHES.search(terminal_name(i) or "") for i in iterables)
 
     def _loop_element_kind(self, iterable: cst.BaseExpression, scope: Scope, position: int) -> Kind:
         wrapper = terminal_name(iterable.func) if isinstance(iterable, cst.Call) else None
@@ -603,6 +616,10 @@ class TensorInference:
                 if qualified.startswith("torch.nn.") or qualified.startswith("torchvision.models"):
                     return True
         return False
+
+
+# Collections a training loop may walk that hold no batches: optimizers, models, parameter groups.
+_NOT_BATCHES = re.compile(r"optim|sched|model|net|param|module|layer|loss|metric|callback|hook|group", re.I)
 
 
 def _within(inner: LoopInfo | None, outer: LoopInfo) -> bool:

@@ -652,6 +652,66 @@ PROJECTS = {
                         self.d_optimizer.step()
             """,
     },
+    "a function reached through a star import of a project module (monodepth2)": {
+        "trainer.py": """
+            import torch
+            from layers import *
+
+            class Trainer:
+                def __init__(self, loader):
+                    self.loader = loader
+                    self.device = torch.device("cuda")
+
+                def train(self):
+                    for inputs in self.loader:
+                        axisangle = self.model(inputs.to(self.device, non_blocking=True))
+                        pose = transformation_from_parameters(axisangle)
+                        loss = pose.mean()
+                        loss.backward()
+                        self.optimizer.step()
+            """,
+        "layers.py": """
+            import torch
+
+            def transformation_from_parameters(vec):
+                T = torch.zeros(vec.shape[0], 4, 4).to(device=vec.device)  # expect: LA205
+                return T + vec.sum()
+            """,
+    },
+    "a loader kept by a constructor from another module, its batches moved in the step (MDM)": {
+        "train.py": """
+            from data import get_loader
+            from loop import TrainLoop
+
+            TrainLoop(get_loader()).run_loop()
+            """,
+        "data.py": """
+            from torch.utils.data import DataLoader
+
+            def get_loader():
+                return DataLoader(Motions(), batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True)
+            """,
+        "loop.py": """
+            import torch
+            from tqdm import tqdm
+
+            class TrainLoop:
+                def __init__(self, data):
+                    self.data = data
+                    self.device = torch.device("cuda")
+
+                def run_loop(self):
+                    for epoch in range(10):
+                        for motion, cond in tqdm(self.data):
+                            motion = motion.to(self.device)  # expect: LA202
+                            self.run_step(motion, cond)
+
+                def run_step(self, motion, cond):
+                    loss = self.model(motion, cond).mean()
+                    loss.backward()
+                    self.opt.step()
+            """,
+    },
 }
 
 
@@ -730,3 +790,31 @@ def test_a_folder_scan_parses_the_files_the_prefilter_skips_when_the_project_nee
     reported = {(f["filename"], f["location"]["row"], f["code"]) for f in json.loads(result.out)}
     prefix = str(tmp_path) + "/"
     assert {(path[len(prefix):], row, code) for path, row, code in reported} == expected(tmp_path)
+
+
+def test_a_project_folder_named_like_one_of_its_modules_does_not_hide_it(tmp_path):
+    """RAFT: `sys.path.append('core')` then `from raft import RAFT` in raft/train.py means core/raft.py,
+    not the scanned folder raft/ (which has no `__init__.py`, so it is no package)."""
+    root = tmp_path / "raft"
+    write_project(root, {
+        "train.py": """
+            import sys
+            sys.path.append("core")
+            import torch
+            from raft import RAFT
+            model = torch.nn.DataParallel(RAFT()).cuda()
+            for image, flow in train_loader:
+                loss = model(image.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+            """,
+        "core/raft.py": """
+            import torch
+
+            class RAFT(torch.nn.Module):
+                def forward(self, image):
+                    grid = torch.arange(image.shape[-1]).to(image.device)  # expect: LA205
+                    return self.net(image) + grid
+            """,
+    })
+    assert found(scan(root)) == expected(root)

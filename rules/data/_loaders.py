@@ -221,10 +221,18 @@ def moves_to_device(call: cst.Call, ctx) -> cst.BaseExpression | None:
     """The receiver of a host-to-device move (`x.to(device)`, `x.cuda()`) that does not pass
     `non_blocking=True`, else None. `.to(torch.float16)`, `.to("cpu")` and `.to(**kw)` are not moves."""
     func = call.func
-    if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
+    if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type"):
         return None
     if any(arg.star for arg in call.args):
         return None
+    if func.attr.value == "type":
+        # The legacy move: `x.type(torch.cuda.FloatTensor)`, or YOLO's `dtype = torch.cuda.FloatTensor
+        # if cuda else torch.FloatTensor` then `x.type(dtype)`.
+        blocking = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "non_blocking"), None)
+        if blocking is not None and not (isinstance(blocking, cst.Name) and blocking.value == "False"):
+            return None
+        first = call.args[0].value if call.args and call.args[0].keyword is None else None
+        return func.value if first is not None and is_cuda_tensor_type(first, ctx) else None
     keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
     positional = [arg.value for arg in call.args if arg.keyword is None]
     blocking = keywords.get("non_blocking")
@@ -240,6 +248,24 @@ def moves_to_device(call: cst.Call, ctx) -> cst.BaseExpression | None:
     if target is None or not _is_device_expression(target, ctx):
         return None
     return func.value
+
+
+def is_cuda_tensor_type(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
+    """`torch.cuda.FloatTensor`, "torch.cuda.HalfTensor", or a name bound to one (either branch of
+    `torch.cuda.FloatTensor if cuda else torch.FloatTensor`)."""
+    if isinstance(expr, cst.SimpleString):
+        text = expr.evaluated_value
+        return isinstance(text, str) and text.startswith("torch.cuda.")
+    if isinstance(expr, cst.IfExp):
+        return is_cuda_tensor_type(expr.body, ctx, depth) or is_cuda_tensor_type(expr.orelse, ctx, depth)
+    if isinstance(expr, cst.Attribute):
+        qualified = ctx.qualified_name(expr) or ""
+        return qualified.startswith("torch.cuda.") and qualified.endswith("Tensor")
+    if isinstance(expr, cst.Name) and depth < 2:
+        found = ctx.scope.lookup(expr.value)
+        values = [b.value for b in found[0] if b.kind == "value"] if found else []
+        return bool(values) and any(is_cuda_tensor_type(v, ctx, depth + 1) for v in values)
+    return False
 
 
 # --- batch data ---------------------------------------------------------------------------------

@@ -34,8 +34,8 @@ class BlockingBatchCopy(Rule):
         "`.to(device, non_blocking=True)` / `.cuda(non_blocking=True)`"
     )
     what_it_flags = (
-        "`.to(device)` and `.cuda()` of batch data (a tensor that comes from a DataLoader and has not been "
-        "moved yet) in code that runs once per training or evaluation step of a CUDA script, when "
+        "`.to(device)`, `.cuda()` and `.type(torch.cuda.FloatTensor)` of batch data (a tensor that comes from a "
+        "DataLoader, or from whatever a training loop iterates, and has not been moved yet) in code that runs once per training or evaluation step of a CUDA script, when "
         "`non_blocking=True` is not passed. This includes moves inside a comprehension over the batch, "
         "such as `{k: v.to(device) for k, v in batch.items()}`, batches drawn with `next(train_iter)`, and "
         "batches converted first (`torch.from_numpy(batch[\"image\"]).to(device)`). Moving the model or a module "
@@ -111,6 +111,15 @@ class BlockingBatchCopy(Rule):
         "model.to(device)\n",
     )
     invalid = (
+        # The legacy move by tensor type, and a batch from a loop that trains whatever it iterates.
+        "import torch\n"
+        "Tensor = torch.cuda.FloatTensor\n"
+        "for imgs, targets in batches_of(dataset):\n"
+        "    imgs = imgs.type(Tensor)  # expect: LA202\n"
+        "    targets = targets.to('cuda')  # expect: LA202\n"
+        "    loss = model(imgs, targets).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Labels derived from the batch before the batch's own labels are moved (StarGAN).
         "import torch\n"
         "device = torch.device('cuda')\n"

@@ -5,6 +5,8 @@ import libcst as cst
 from loopaudit.rule import Report, Rule
 from loopaudit.walk import holds, iter_subtree
 
+from loopaudit.tensors import Kind
+
 from ._loaders import moves_to_device
 
 # Factories that can fill the tensor on the device itself (a kernel, no copy) when given `device=`.
@@ -67,41 +69,135 @@ def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
-def _host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
-    """The `torch.<factory>(...)` call at the root of `expr` (through `.float()`, `.unsqueeze(0)`, ...)
-    when it creates the tensor on the host, else None."""
-    while isinstance(expr, cst.Call):
-        qualified = ctx.qualified_name(expr.func) or ""
-        if qualified.startswith("torch.") and qualified.count(".") == 1:
-            factory = qualified[6:]
-            if factory in _LEGACY:
-                return expr if _legacy_host_creation(expr) else None
-            if factory not in _FACTORIES and factory not in _FROM_DATA:
-                # `torch.triu(torch.full(...))`: computed on the host from a host-made tensor
-                first = expr.args[0] if expr.args else None
-                if first is None or first.keyword is not None or first.star or factory[:1].isupper():
-                    return None
-                expr = first.value
-                continue
-            if any(arg.star for arg in expr.args):
-                return None
-            device = _keyword(expr, "device")
-            if device is not None and not (isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu"):
-                return None  # already on the device: the move is a no-op or a dtype change
-            pin = _keyword(expr, "pin_memory")
-            if pin is not None and not (isinstance(pin, cst.Name) and pin.value == "False"):
-                return None  # pinned host staging, on purpose
-            if _keyword(expr, "generator") is not None:
-                return None  # a CPU generator: the same random numbers on every machine, on purpose
-            if factory in _FROM_DATA:
-                data = expr.args[0].value if expr.args and expr.args[0].keyword is None else None
-                if data is None or not (_is_constant(data) or _is_fill(data) or _is_range(data)):
-                    return None
-            return expr
-        if not isinstance(expr.func, cst.Attribute):
+def _host_creation(expr: cst.BaseExpression, ctx, scope=None, depth: int = 0, assumed: frozenset = frozenset()) -> cst.Call | None:
+    """The `torch.<factory>(...)` call at the root of `expr` when `expr` is a tensor built on the host
+    from factories alone, else None. The value is followed through tensor methods (`.float()`,
+    `.unsqueeze(0)`), indexing (`coords[None]`), arithmetic with numbers (`torch.arange(n) + offset`),
+    torch functions of host-made tensors (`torch.stack(torch.meshgrid(dy, dx))`), names bound to such
+    a value in the same function, and helpers of this module that return one (RAFT's `coords_grid`)."""
+    found = _host_made(expr, ctx, scope or ctx.scope, depth, assumed)
+    return None if found is _ASSUMED else found
+
+
+# Stands for "host-made if the name being resolved is": `coords = torch.stack(coords[::-1])` rebinds
+# a name to a value made from its own earlier binding.
+_ASSUMED = cst.Call(func=cst.Name("assumed"))
+
+
+def _host_made(expr: cst.BaseExpression, ctx, scope, depth: int, assumed: frozenset) -> cst.Call | None:
+    if depth > 12:
+        return None
+    if isinstance(expr, cst.Subscript):
+        return _host_made(expr.value, ctx, scope, depth + 1, assumed)
+    if isinstance(expr, cst.BinaryOperation):
+        sides = [_host_made(side, ctx, scope, depth + 1, assumed) for side in (expr.left, expr.right)]
+        made = next((side for side in sides if side is not None and side is not _ASSUMED), None)
+        made = made or next((side for side in sides if side is not None), None)
+        if made is None:
             return None
-        expr = expr.func.value
+        others = [side for side, found in zip((expr.left, expr.right), sides) if found is None]
+        return made if all(_stays_on_host(other, ctx, scope) for other in others) else None
+    if isinstance(expr, cst.Name):
+        return _bound_host_creation(expr, ctx, scope, depth, assumed)
+    if not isinstance(expr, cst.Call):
+        return None
+    qualified = ctx.qualified_name(expr.func) or ""
+    if qualified.startswith("torch.") and qualified.count(".") == 1:
+        return _torch_call_on_host(expr, qualified[6:], ctx, scope, depth, assumed)
+    if isinstance(expr.func, cst.Attribute):
+        method = expr.func.attr.value
+        if method == "cuda" or (method in ("to", "type") and not _is_dtype_conversion(expr, ctx)):
+            return None  # a move (or a conversion we cannot read): what comes out is not the host tensor
+        return _host_made(expr.func.value, ctx, scope, depth + 1, assumed)
+    if isinstance(expr.func, cst.Name) and depth < 3:
+        return _helper_host_creation(expr.func.value, ctx, depth)
     return None
+
+
+def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, assumed: frozenset) -> cst.Call | None:
+    if factory in _LEGACY:
+        return call if _legacy_host_creation(call) else None
+    if factory not in _FACTORIES and factory not in _FROM_DATA:
+        # `torch.triu(torch.full(...), 1)`, `torch.stack(torch.meshgrid(dy, dx), -1)`: computed on the
+        # host from host-made tensors (every tensor argument is one) and numbers.
+        if factory[:1].isupper():
+            return None
+        found = None
+        for arg in call.args:
+            if arg.keyword is not None:
+                continue
+            values = [e.value for e in arg.value.elements] if isinstance(arg.value, (cst.List, cst.Tuple)) else [arg.value]
+            for value in values:
+                made = _host_made(value, ctx, scope, depth + 1, assumed)
+                if made is None and not _stays_on_host(value, ctx, scope):
+                    return None
+                found = made if found is None or found is _ASSUMED else found
+        return found
+    if factory in _FROM_DATA and any(arg.star for arg in call.args):
+        return None
+    device = _keyword(call, "device")
+    if device is not None and not (isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu"):
+        return None  # already on the device: the move is a no-op or a dtype change
+    pin = _keyword(call, "pin_memory")
+    if pin is not None and not (isinstance(pin, cst.Name) and pin.value == "False"):
+        return None  # pinned host staging, on purpose
+    if _keyword(call, "generator") is not None:
+        return None  # a CPU generator: the same random numbers on every machine, on purpose
+    if factory in _FROM_DATA:
+        data = call.args[0].value if call.args and call.args[0].keyword is None else None
+        if data is None or not (_is_constant(data) or _is_fill(data) or _is_range(data)):
+            return None
+    return call
+
+
+def _is_dtype_conversion(call: cst.Call, ctx) -> bool:
+    """`.to(torch.float16)`, `.to(dtype=torch.long)`, `.type(torch.FloatTensor)`: the tensor stays where it is."""
+    if len(call.args) != 1:
+        return False
+    qualified = ctx.qualified_name(call.args[0].value) or ""
+    return qualified.startswith("torch.") and not qualified.startswith(("torch.cuda.", "torch.device"))
+
+
+def _stays_on_host(expr: cst.BaseExpression, ctx, scope) -> bool:
+    """Anything not known to be a GPU tensor: combined with a host tensor (which a GPU tensor could
+    only be if it were a 0-dim one), the result stays on the host."""
+    if isinstance(expr, (cst.Integer, cst.Float)) or _is_constant(expr):
+        return True
+    return ctx.tensors.kind(expr, scope) is not Kind.TENSOR
+
+
+def _bound_host_creation(name: cst.Name, ctx, scope, depth: int, assumed: frozenset) -> cst.Call | None:
+    """`dx = torch.linspace(-r, r, 2 * r + 1)` read in the same function: every binding the function
+    gives the name is host-made, and nothing writes into it in place."""
+    if name.value in assumed:
+        return _ASSUMED
+    found = scope.lookup(name.value)
+    if found is None or found[1] is not scope or scope.function is None or not found[0]:
+        return None
+    made = None
+    for binding in found[0]:
+        if binding.kind != "value":
+            return None
+        creation = _host_made(binding.value, ctx, scope, depth + 1, assumed | {name.value})
+        if creation is None:
+            return None
+        made = creation if made is None or made is _ASSUMED else made
+    return None if _written_in_place(scope.function, name.value, ctx) else made
+
+
+def _helper_host_creation(name: str, ctx, depth: int) -> cst.Call | None:
+    """`coords_grid(n, h, w)`, a function of this module whose every `return` gives a host-made tensor."""
+    functions = [f for f in ctx.index.functions if f.name == name and f.class_info is None]
+    if len(functions) != 1 or not functions[0].returns:
+        return None
+    function = functions[0]
+    made = None
+    for returned in function.returns:
+        creation = _host_creation(returned, ctx, function.scope, depth + 2)
+        if creation is None:
+            return None
+        made = made or creation
+    return made
 
 
 def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
@@ -162,7 +258,11 @@ class CreatedOnHostThenMoved(Rule):
         "`device=` and then moved with `.to(device)`, `.to(other_gpu_tensor)` or `.cuda()`, possibly through dtype or shape methods "
         "in between: `torch.arange(n).to(device)`, `torch.ones(b, 1).float().cuda()`, "
         "`torch.randn(shape).to(device)`, `torch.triu(torch.full((t, t), -inf), 1).to(device)`, `torch.LongTensor(range(n)).to(device)`, and `torch.tensor(...)` / `torch.as_tensor(...)` of a literal "
-        "constant (`torch.tensor(0.5).cuda()`, `torch.tensor([1.0, 2.0]).to(device)`). Not flagged: "
+        "constant (`torch.tensor(0.5).cuda()`, `torch.tensor([1.0, 2.0]).to(device)`). The host-made value "
+        "is followed through names bound in the same function, indexing, arithmetic with numbers "
+        "(`(torch.arange(n) + offset).cuda()`), torch functions of host-made tensors "
+        "(`torch.stack(torch.meshgrid(dx, dy)).to(device)`) and helpers of the same module that return one; "
+        "`.type(torch.cuda.FloatTensor)` counts as a move. Not flagged: "
         "factories given `pin_memory=True` (host staging on purpose) or a `generator=` (CPU random "
         "numbers on purpose), `torch.tensor(data)` of data the script computes, and moves with "
         "`non_blocking=True`."
@@ -231,6 +331,20 @@ class CreatedOnHostThenMoved(Rule):
         "    noise = torch.randn(x.shape, generator=cpu_gen).to(device)\n"
         "    targets = torch.tensor(label_ids).to(device)\n"
         "    loss = model(x.to(device, non_blocking=True), noise).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # A host tensor combined with a GPU tensor is not host-made; a grid the helper fills in place
+        # on the host is the point.
+        "import torch\n"
+        "def host_grid(n):\n"
+        "    grid = torch.zeros(n, n)\n"
+        "    grid[0] = 1\n"
+        "    return grid\n"
+        "for x, y in train_loader:\n"
+        "    x = x.cuda(non_blocking=True)\n"
+        "    shifted = (torch.arange(x.shape[1]) + x).cuda()\n"
+        "    grid = host_grid(x.shape[1]).cuda()\n"
+        "    loss = model(x, shifted, grid).sum()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
         # Once, before the loop.
@@ -304,6 +418,28 @@ class CreatedOnHostThenMoved(Rule):
         "    lengths = torch.IntTensor([max_length] * b).to(device)  # expect: LA205\n"
         "    text_input = torch.LongTensor(b, max_length + 1).fill_(0).to(device)  # expect: LA205\n"
         "    loss = model(image, text_input, lengths).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Built on the host from host-made tensors, through names, arithmetic and a helper (RAFT, MoCo
+        # v3, YOLOv4): star arguments are sizes too, and `.type(torch.cuda.FloatTensor)` is a move.
+        "import torch\n"
+        "def coords_grid(batch, ht, wd):\n"
+        "    coords = torch.meshgrid(torch.arange(ht), torch.arange(wd))\n"
+        "    coords = torch.stack(coords[::-1], dim=0).float()\n"
+        "    return coords[None].repeat(batch, 1, 1, 1)\n"
+        "class Net(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        dx = torch.linspace(-4, 4, 9)\n"
+        "        delta = torch.stack(torch.meshgrid(dx, dx), axis=-1).to(x.device)  # expect: LA205\n"
+        "        grid = coords_grid(x.shape[0], 8, 8).to(x.device)  # expect: LA205\n"
+        "        labels = (torch.arange(x.shape[0]) + x.shape[0] * rank).cuda()  # expect: LA205\n"
+        "        noise = torch.randn(*x.shape).cuda()  # expect: LA205\n"
+        "        dtype = torch.cuda.FloatTensor if x.is_cuda else torch.FloatTensor\n"
+        "        mask = torch.zeros(x.shape[0], 4).type(dtype)  # expect: LA205\n"
+        "        return self.body(x + noise, delta, grid, mask), labels\n"
+        "model = Net().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True))[0].sum()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
     )
