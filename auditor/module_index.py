@@ -115,6 +115,9 @@ class Binding:
     loop: LoopInfo | None = None
     # Increases in source order (bindings are made as the walk meets them): which came first.
     order: int = field(default_factory=lambda: next(_BINDING_ORDER))
+    # The statement block (id of its IndentedBlock) the binding is made in: with `order`, which
+    # binding a later read in the same block sees (tensors.py).
+    block: int = 0
 
 
 @dataclass(eq=False, repr=False)
@@ -207,6 +210,8 @@ class ModuleIndex:
     moves_to_device: bool = False  # a `.to(...)` call or a `device=` argument: a device is used
     # id(value) -> (name, scope) for `name = value` and `self.name = value`: what a call's result is called
     bound_names: dict[int, tuple[str, Scope]] = field(default_factory=dict)
+    # id(name) -> (order, block) for every name read or written: where it stands among the bindings
+    uses: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Indexer:
@@ -218,6 +223,7 @@ class _Indexer:
         self.scope = index.module_scope
         self.loop: LoopInfo | None = None
         self.function: FunctionInfo | None = None
+        self.block = id(index.module)
         # Each entry remembers what on_visit_attribute changed, so on_leave_attribute can undo it.
         self._undo: list[tuple | None] = []
         self._loops_by_node: dict[int, LoopInfo] = {}
@@ -225,9 +231,11 @@ class _Indexer:
 
     # --- structure -----------------------------------------------------------------------------
 
-    def _push(self, frame: Frame, loop=..., function=..., scope=...) -> None:
-        self._undo.append((self.frame, self.loop, self.function, self.scope))
+    def _push(self, frame: Frame, loop=..., function=..., scope=..., block=...) -> None:
+        self._undo.append((self.frame, self.loop, self.function, self.scope, self.block))
         self.frame = frame
+        if block is not ...:
+            self.block = block
         if loop is not ...:
             self.loop = loop
         if function is not ...:
@@ -236,6 +244,9 @@ class _Indexer:
             self.scope = scope
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            self._push(self.frame, block=id(node))
+            return
         if isinstance(node, (cst.For, cst.While)):
             if attribute == "body" or (attribute == "test" and isinstance(node, cst.While)):
                 loop = self._loop_for(node)
@@ -276,7 +287,7 @@ class _Indexer:
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         saved = self._undo.pop()
         if saved is not None:
-            self.frame, self.loop, self.function, self.scope = saved
+            self.frame, self.loop, self.function, self.scope, self.block = saved
 
     def _loop_for(self, node: cst.For | cst.While) -> LoopInfo:
         # The `while` test and body share one LoopInfo: both run on every iteration.
@@ -418,11 +429,11 @@ class _Indexer:
         return True
 
     def _visit_aug_assign(self, node: cst.AugAssign) -> None:
-        self._bind_self_attribute(node.target, Binding("augment", node.value, self.scope, loop=self._here()))
+        self._bind_self_attribute(node.target, Binding("augment", node.value, self.scope, loop=self._here(), block=self.block))
         if isinstance(node.target, cst.Subscript):
             self.index.stored_subscripts.add(id(node.target))
         if isinstance(node.target, cst.Name):
-            self.scope.bind(node.target.value, Binding("augment", node.value, self.scope, loop=self._here()))
+            self.scope.bind(node.target.value, Binding("augment", node.value, self.scope, loop=self._here(), block=self.block))
 
     def _visit_named_expr(self, node: cst.NamedExpr) -> None:
         self._bind_target(node.target, node.value)
@@ -435,7 +446,7 @@ class _Indexer:
 
     def _visit_with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None and isinstance(node.asname.name, cst.Name):
-            self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope, loop=self._here()))
+            self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope, loop=self._here(), block=self.block))
 
     def _here(self) -> LoopInfo | None:
         return self.loop if self.loop is not None and self.loop.function is self.function else None
@@ -443,10 +454,10 @@ class _Indexer:
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Subscript):
             self.index.stored_subscripts.add(id(target))
-        elif self._bind_self_attribute(target, Binding("value", value, self.scope, loop=self._here())):
+        elif self._bind_self_attribute(target, Binding("value", value, self.scope, loop=self._here(), block=self.block)):
             self.index.bound_names.setdefault(id(value), ("self." + target.attr.value, self.scope))  # type: ignore[attr-defined]
         elif isinstance(target, cst.Name):
-            self.scope.bind(target.value, Binding("value", value, self.scope, loop=self._here()))
+            self.scope.bind(target.value, Binding("value", value, self.scope, loop=self._here(), block=self.block))
             self.index.bound_names.setdefault(id(value), (target.value, self.scope))
         elif isinstance(target, (cst.Tuple, cst.List)):
             values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
@@ -454,23 +465,27 @@ class _Indexer:
                 if values is not None and len(values) == len(target.elements):
                     self._bind_target(element.value, values[position].value)
                 elif isinstance(element.value, cst.Name):
-                    binding = Binding("element", value, self.scope, position, loop=self._here())
+                    binding = Binding("element", value, self.scope, position, loop=self._here(), block=self.block)
                     self.scope.bind(element.value.value, binding)
 
     def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression, loop: LoopInfo | None) -> None:
         # Every name in the target, however nested (`for i, (x, y) in enumerate(loader)`), is
         # bound from the iterable; tensors.py unwraps enumerate/zip to say which element is which.
         if isinstance(target, cst.Name):
-            self.scope.bind(target.value, Binding("loop", iterable, self.scope, loop=loop))
+            self.scope.bind(target.value, Binding("loop", iterable, self.scope, loop=loop, block=self.block))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for position, element in enumerate(target.elements):
                 inner = element.value
                 if isinstance(inner, cst.Name):
-                    self.scope.bind(inner.value, Binding("loop", iterable, self.scope, position, loop=loop))
+                    self.scope.bind(inner.value, Binding("loop", iterable, self.scope, position, loop=loop, block=self.block))
                 elif isinstance(inner, (cst.Tuple, cst.List)):
                     self._bind_loop_target(inner, _element_of(iterable, position), loop)
 
+    def _visit_name(self, node: cst.Name) -> None:
+        self.index.uses[id(node)] = (next(_BINDING_ORDER), self.block)
+
     _visitors = {
+        cst.Name: _visit_name,
         cst.Call: _visit_call,
         cst.Return: _visit_return,
         cst.Yield: _visit_yield,
@@ -522,6 +537,7 @@ _CALLS_LAMBDA_AT_ONCE = frozenset({"map", "filter", "sorted", "min", "max", "any
 
 # Nodes whose fields open a new frame (a loop body, an `if` body, a handler, a function body).
 _STRUCTURAL = frozenset({
+    cst.IndentedBlock, cst.SimpleStatementSuite,
     cst.With,
     cst.For, cst.While, cst.If, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef, cst.Lambda,
 })

@@ -161,6 +161,8 @@ class ModuleSummary:
     # attribute or keyword name -> the class of the object stored under it (`self.generator = Generator()`,
     # `Munch(generator=Generator(...))`), where the module says so
     field_classes: dict[str, str] = field(default_factory=dict)
+    # its own classes it builds (a block of a bigger model defined beside it)
+    classes_made: frozenset[str] = frozenset()
 
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
@@ -225,8 +227,13 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             cls = steps.returned_class(function)
             if cls is not None:
                 returned_classes[function.qualname] = cls
+    classes_made = frozenset(
+        site.call.func.value for site in index.calls
+        if isinstance(site.call.func, cst.Name) and site.call.func.value in index.classes
+    )
     return ModuleSummary(
         functions, bases, tuple(edges), cuda, returns, factories, has_step_code, returned_classes, _field_classes(index, steps),
+        classes_made,
     )
 
 
@@ -592,6 +599,10 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             elif edge.passes_device and cuda.get(path):
                 depends.setdefault(file, set()).add(path)
 
+    unseen = _enter_unseen_models(layout, summaries, resolved, cuda, entered)
+    if unseen:
+        cuda = _cuda_closure(resolved, summaries, unseen)  # and on into what those models call
+
     # Values (argument and return kinds, classes) only matter where a finding can be: in a module
     # that targets CUDA and runs code per step. Elsewhere they would only stir more rounds.
     # A module the prefilter ruled out counts as active once CUDA reaches it: it is analysed then, and
@@ -666,6 +677,49 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
     return facts
 
 
+# Why the forward of a model nobody in the scan is seen to call counts as per-step.
+UNSEEN_CALLER = "the forward of a model whose caller the scan cannot follow (a registry, `importlib`, a file not scanned)"
+
+
+def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, cuda: dict[str, bool], entered) -> set[str]:
+    """In a project that trains on CUDA, the `forward` of an `nn.Module` that no module of the scan is
+    seen to call is still run once per step, by whatever builds the model: a registry
+    (`models.__dict__[args.arch]`, `build_model(cfg)`), `importlib.import_module(args.model)` or a
+    file outside the scan. Only the outermost such models are entered; what they call follows."""
+    if not any(cuda.get(path) and summary.has_step_code for path, summary in summaries.items()):
+        return set()
+    found = set()
+    # A class another module refers to (builds it, calls its methods) is reached through that module.
+    referred = {(file, qualname.split(".", 1)[0]) for edges in resolved.values() for _, file, qualname in edges}
+    for path, summary in summaries.items():
+        if layout.is_library(path):
+            continue
+        for qualname in summary.functions:
+            cls, _, method = qualname.rpartition(".")
+            if method != "forward" or not cls or "." in cls or (path, cls) in referred or cls in summary.classes_made:
+                continue
+            if qualname in entered.get(path, {}) or not _is_torch_module(layout, path, cls, summaries):
+                continue
+            entered.setdefault(path, {})[qualname] = UNSEEN_CALLER
+            found.add(path)
+    return found
+
+
+def _is_torch_module(layout: ProjectLayout, path: str, cls: str, summaries, depth: int = 0) -> bool:
+    summary = summaries.get(path)
+    if summary is None or depth > 4:
+        return False
+    for base in summary.class_bases.get(cls, ()):
+        if base in ("torch.nn.Module", "torch.nn.modules.module.Module") or base.endswith("nn.Module"):
+            return True
+        if base in summary.class_bases and _is_torch_module(layout, path, base, summaries, depth + 1):
+            return True
+        if "." in base and (hit := layout.resolve(path, f"{base}.__init__")) is not None:
+            if _is_torch_module(layout, hit[0], hit[1].rsplit(".", 1)[0], summaries, depth + 1):
+                return True
+    return False
+
+
 def _parameter_named(params: tuple[str, ...], key: str) -> str:
     """The parameter an argument fills: its keyword, or the name at its position ("0" -> "model")."""
     return params[int(key)] if key.isdigit() and int(key) < len(params) else key
@@ -708,14 +762,15 @@ def _text_methods(text: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _cuda_closure(resolved, summaries: dict[str, ModuleSummary]) -> dict[str, bool]:
+def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[str] = frozenset()) -> dict[str, bool]:
     """CUDA flows from a module that targets it into the modules it calls per step, hands a device
     to, or takes a DataLoader from that its step loops then iterate. It also flows up, to a module whose
     steps call into one that targets CUDA itself (train.py's loop calling a trainer whose model is moved
     with `.cuda()`), or that hands such a module the loader its step loop iterates: that loop, that
     loader, drive the GPU. Only up from a module's own evidence, not from what
-    flowed down into it: a helper that one CUDA script calls says nothing about its other callers."""
-    cuda = {path: summary.cuda for path, summary in summaries.items()}
+    flowed down into it: a helper that one CUDA script calls says nothing about its other callers.
+    `sources`: modules that count as targeting CUDA besides their own evidence."""
+    cuda = {path: summary.cuda or path in sources for path, summary in summaries.items()}
 
     def drives(edge, file, qualname) -> bool:
         # a per-step call, or a call handing over what the callee's step loop iterates (a loader)

@@ -975,7 +975,11 @@ class StepModel:
 
 def looks_like_class(name: str) -> bool:
     """`ResNet`, `Tacotron2`, `MoCo`, `YOLOX`, `MLP`: a class by Python's naming convention; not
-    `GAN_training_function`, nor a constant like `MAX_LEN`."""
+    `GAN_training_function`, nor a constant like `MAX_LEN`. A private class (`_RPN`, `_fasterRCNN`) too."""
+    if name.startswith("_") and len(name) > 1 and name[1] != "_":
+        name = name[1:]
+        if name[:1].islower() and any(c.isupper() for c in name[1:]) and "_" not in name:
+            return True  # `_fasterRCNN`: camel case behind the underscore
     if not name[:1].isupper() or re.search(r"_[a-z]", name) is not None:
         return False
     return any(c.islower() for c in name) or (len(name) > 1 and "_" not in name)

@@ -73,13 +73,20 @@ _TENSOR_METHODS = frozenset({
     "floor", "ceil", "add", "sub", "mul", "div", "matmul", "mm", "bmm", "nonzero", "count_nonzero",
     "cumsum", "squeeze_", "unsqueeze_", "add_", "mul_", "div_", "sub_", "zero_", "fill_", "where",
     "masked_select", "unique", "square", "rsqrt", "reciprocal", "sign", "diag", "trace",
+    # (and those that return a tuple of tensors: their elements are tensors)
+    "sort", "argsort", "topk", "kthvalue", "median", "mode", "chunk", "unbind", "narrow", "select",
+    "flip", "roll", "cumprod", "triu", "tril", "sin", "cos", "log1p", "expm1", "logsumexp", "erf",
+    "scatter", "scatter_", "scatter_add", "scatter_add_", "index_add", "index_add_", "masked_fill_",
+    "masked_scatter", "copy_", "clamp_", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor",
+    "outer", "dot", "cross", "addmm", "baddbmm", "remainder", "fmod", "floor_divide", "true_divide",
+    "argwhere", "nan_to_num", "softplus", "lerp", "unfold", "split_with_sizes",
 })
 # Of those, the ones that move the tensor: `.cpu()` brings it to the host, the others to the device.
 _TO_HOST = frozenset({"cpu"})
 _TO_DEVICE = frozenset({"cuda", "to"})
 # Names that, with nothing else to go on, hold tensors in training code.
 _TENSOR_NAMES = re.compile(
-    r"(?i)^(?!(use|ignore|compute|is|do|has|with|should|log|print|calc|get|best|min|max)_)"
+    r"(?i)^(?!(use|ignore|compute|is|do|has|with|should|log|print|calc|get|best|min|max|return|need|apply|enable)_)"
     r"(?!.*_(fn|fns|func|funcs|function|functions|fct|type|types|name|names|weight|weights|scale|cfg|config|"
     r"kwargs|args|dict|list|history|meter|meters|tracker|key|keys|mode|coef|coeff)$)"
     r"(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
@@ -175,12 +182,15 @@ class TensorInference:
                 return Kind.NOT_TENSOR  # an imported module or function, not a value we compute
             return Kind.TENSOR if self._guess_from_names and _TENSOR_NAMES.match(name) else Kind.UNKNOWN
         bindings, owner = found
-        bindings = self._before_reading(self._reaching(bindings), owner)
+        seen_here = self.bindings_at(expr, bindings)
+        bindings = seen_here if seen_here is not None else self._before_reading(self._reaching(bindings), owner)
         if len(bindings) > 1:
             # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made:
             # a binding is never what its own right-hand side reads.
             bindings = [b for b in bindings if not holds(b.value, expr)] or bindings
-        key = (id(owner), name)
+        # A read that sees only the bindings before it in its block cannot be part of a cycle: those
+        # bindings' own reads see still earlier ones. Its key is the read itself.
+        key = (id(owner), name) if seen_here is None else (id(owner), name, id(expr))
         if key in self._busy:
             # `x = x.to(device)` or `loss = loss / n` refers to the name being decided: use what
             # the other bindings said (see the second round below), or nothing yet.
@@ -263,6 +273,23 @@ class TensorInference:
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         return [(argument_for(function, name, site.call), site.scope) for site in function.call_sites[:8]]
 
+    def bindings_at(self, name: cst.Name, bindings: list[Binding]) -> list[Binding] | None:
+        """The bindings a read of `name` sees when the same statement block binds the name earlier:
+        the last such binding and whatever nested statements bind after it. In `points = points.numpy();
+        points = augment(points); points = torch.Tensor(points)`, the second line reads the array,
+        not the tensors the loop target and the third line make. None when no binding in the block
+        comes first (the read may see a value from before the block, or from the previous iteration)."""
+        use = self.index.uses.get(id(name))
+        if use is None:
+            return None
+        order, block = use
+        earlier = [b for b in bindings if b.order < order and not holds(b.value, name)]
+        # `loss /= n` updates the value a binding before it made: it does not replace it.
+        last = max((b.order for b in earlier if b.block == block and b.kind != "augment"), default=None)
+        if last is None:
+            return None
+        return [b for b in earlier if b.order >= last]
+
     def reaching_bindings(self, bindings: list[Binding], frame: Frame | None) -> list[Binding]:
         """The bindings of a name that reach an expression in `frame` (see `_reaching`)."""
         saved = self._where
@@ -324,6 +351,8 @@ class TensorInference:
                 returned = self.returned_kinds(value, scope, depth)
                 if returned is not None and binding.position + 1 < len(returned):
                     return returned[binding.position + 1]  # `loss, parts = compute_loss(...)`: that element
+            if _is_shape(value):
+                return Kind.NOT_TENSOR  # `n, c, h, w = img.shape`: sizes
             inner = self.kind(value, scope, depth)
             # `logits, loss = model(x, y)`, `x, y = batch`: elements of tensors' containers are tensors.
             return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
@@ -620,6 +649,15 @@ class TensorInference:
 
 # Collections a training loop may walk that hold no batches: optimizers, models, parameter groups.
 _NOT_BATCHES = re.compile(r"optim|sched|model|net|param|module|layer|loss|metric|callback|hook|group", re.I)
+
+
+def _is_shape(expr: cst.BaseExpression) -> bool:
+    """`x.shape`, `x.size()`, `x.shape[:2]`: a tuple of sizes."""
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value == "shape"
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and not expr.args
 
 
 def _within(inner: LoopInfo | None, outer: LoopInfo) -> bool:

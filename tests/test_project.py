@@ -712,6 +712,61 @@ PROJECTS = {
                     self.opt.step()
             """,
     },
+    "a model built through importlib: its forward, and what it calls, run per step (PointNet++)": {
+        "train.py": """
+            import importlib
+            import torch
+            MODEL = importlib.import_module(args.model)
+            classifier = MODEL.get_model(40).cuda()
+            for points, target in loader:
+                pred = classifier(points.cuda(non_blocking=True))
+                loss = criterion(pred, target.cuda(non_blocking=True))
+                loss.backward()
+                optimizer.step()
+            """,
+        "models/pointnet2_cls.py": """
+            import torch.nn as nn
+            from pointnet2_utils import SetAbstraction
+
+            class get_model(nn.Module):
+                def __init__(self, k):
+                    super().__init__()
+                    self.sa = SetAbstraction(512)
+
+                def forward(self, xyz):
+                    return self.sa(xyz)
+            """,
+        "models/pointnet2_utils.py": """
+            import torch
+            import torch.nn as nn
+
+            def farthest_point_sample(xyz, npoint):
+                centroids = torch.zeros(xyz.shape[0], npoint, dtype=torch.long).to(xyz.device)  # expect: LA205
+                return centroids
+
+            class SetAbstraction(nn.Module):
+                def __init__(self, npoint):
+                    super().__init__()
+                    self.npoint = npoint
+
+                def forward(self, xyz):
+                    return farthest_point_sample(xyz, self.npoint)
+            """,
+    },
+    "a model nobody calls, in a project that does not train: nothing runs per step": {
+        "export.py": """
+            import torch
+            from net import Net
+            torch.save(Net().cuda().state_dict(), "net.pt")
+            """,
+        "net.py": """
+            import torch
+
+            class Helper(torch.nn.Module):
+                def forward(self, x):
+                    return x.sum().item()
+            """,
+    },
 }
 
 

@@ -5,11 +5,13 @@ Not a rule: it declares no Rule subclass, so the registry finds nothing here.
 
 from __future__ import annotations
 
+import builtins
+
 import libcst as cst
 
 from loopaudit.module_index import FrameKind, LoopInfo
 from loopaudit.names import dotted_name, terminal_name
-from loopaudit.patterns import unwrap_iterable
+from loopaudit.patterns import BATCH_FETCH, unwrap_iterable
 from loopaudit.constants import UNKNOWN, command_line_default, constant
 from loopaudit.tensors import Kind
 from loopaudit.walk import iter_subtree
@@ -360,6 +362,8 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
     qualified = ctx.qualified_name(expr.func) or ""
     if not qualified and len(seen) <= 3 and _made_by_helper_from_torch(expr, ctx, seen):
         return True
+    if not qualified.startswith("torch.") and _made_by_helper_from_numbers(expr, ctx):
+        return True
     if not qualified.startswith("torch.") or qualified.startswith("torch.utils."):
         return False
     first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
@@ -384,6 +388,22 @@ def _made_by_helper_from_torch(call: cst.Call, ctx, seen: frozenset) -> bool:
         return False
     first = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
     return first is not None and _computed_by_torch(first, ctx, seen | {id(call)})
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _made_by_helper_from_numbers(call: cst.Call, ctx) -> bool:
+    """`coords_grid(n, h // 8, w // 8)` (RAFT): a helper handed only numbers builds the tensor it
+    returns itself; it draws no batch (unless it is named for that: `get_batch(i)`)."""
+    if not isinstance(call.func, cst.Name) or not call.args:
+        return False
+    name = call.func.value
+    if BATCH_FETCH.match(name) or name in _BUILTINS or ctx.steps.is_loader(call, ctx.scope):
+        return False
+    if ctx.scope.lookup(name) is not None:
+        return False  # a variable (`model(images)`), not a function defined or imported
+    return all(not arg.star and ctx.kind(arg.value) is Kind.NOT_TENSOR for arg in call.args)
 
 
 def _drawn_from_loader(expr: cst.BaseExpression, ctx) -> bool:

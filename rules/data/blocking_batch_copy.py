@@ -72,6 +72,19 @@ class BlockingBatchCopy(Rule):
         "before a synchronization. Without pinned memory the change is harmless but gains little."
     )
     valid = (
+        # A grid a helper builds from sizes alone is no batch (RAFT's `coords_grid`).
+        "import torch\n"
+        "from utils import coords_grid\n"
+        "class RAFT(torch.nn.Module):\n"
+        "    def forward(self, img):\n"
+        "        n, c, h, w = img.shape\n"
+        "        coords = coords_grid(n, h // 8, w // 8).to(img.device)\n"
+        "        return self.update(img, coords)\n"
+        "model = RAFT().cuda()\n"
+        "for img, flow in loader:\n"
+        "    loss = model(img.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A helper of the script applied to a tensor the script makes is not batch data (LA205's if anything).
         "import torch\n"
         "def label2onehot(labels, dim):\n"
@@ -111,6 +124,23 @@ class BlockingBatchCopy(Rule):
         "model.to(device)\n",
     )
     invalid = (
+        # Moved together in one tuple assignment after the block reshaped them (PointNet).
+        "import torch\n"
+        "loader = torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True)\n"
+        "for i, data in enumerate(loader, 0):\n"
+        "    points, target = data\n"
+        "    target = target[:, 0]\n"
+        "    points = points.transpose(2, 1)\n"
+        "    points, target = points.cuda(), target.cuda()  # expect: LA202\n"
+        "    loss = criterion(model(points), target)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if i % 10 == 0:\n"
+        "        j, data = next(enumerate(test_loader, 0))\n"
+        "        points, target = data\n"
+        "        points = points.transpose(2, 1)\n"
+        "        points, target = points.cuda(), target.cuda()\n"
+        "        print(criterion(model(points), target))\n",
         # The legacy move by tensor type, and a batch from a loop that trains whatever it iterates.
         "import torch\n"
         "Tensor = torch.cuda.FloatTensor\n"

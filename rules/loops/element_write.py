@@ -61,6 +61,20 @@ class ElementWiseWrite(Rule):
         "adds only once; use `index_add_`/`scatter_add_` when indices can repeat."
     )
     valid = (
+        # The batch turned into a numpy array before the helper writes it row by row: the name is
+        # read where the block last bound it, not merged with the tensors it is bound to later.
+        "import torch\n"
+        "def scale_rows(batch_data):\n"
+        "    for b in range(batch_data.shape[0]):\n"
+        "        batch_data[b, :, :] *= 2.0\n"
+        "    return batch_data\n"
+        "for points, target in train_loader:\n"
+        "    points = points.numpy()\n"
+        "    points = scale_rows(points)\n"
+        "    points = torch.Tensor(points).cuda(non_blocking=True)\n"
+        "    loss = model(points).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # One vectorized write.
         "import torch\n"
         "import torch.nn.functional as F\n"

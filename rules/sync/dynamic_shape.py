@@ -93,6 +93,21 @@ class DynamicShapeInStep(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A mask of what `.sort()` returns (its elements are tensors), read where the block rebinds it.
+        "import torch\n"
+        "def query_ball_point(nsample, xyz):\n"
+        "    n = xyz.shape[1]\n"
+        "    group_idx = torch.arange(n, device=xyz.device).repeat(xyz.shape[0], 1)\n"
+        "    group_idx = group_idx.sort(dim=-1)[0][:, :nsample]\n"
+        "    group_first = group_idx[:, :1].repeat(1, nsample)\n"
+        "    mask = group_idx == n\n"
+        "    group_idx[mask] = group_first[mask]  # expect: LA105\n"
+        "    return group_idx\n"
+        "for x, y in loader:\n"
+        "    idx = query_ball_point(32, x.cuda(non_blocking=True))\n"
+        "    loss = model(x, idx).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A mask computed by a helper and returned, and a mask along the second dimension (YOLOX's head).
         "import torch\n"
         "class Head(torch.nn.Module):\n"

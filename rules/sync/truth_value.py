@@ -61,6 +61,22 @@ class TensorTruthValueInStep(Rule):
     )
     fix_safety = "No automatic fix: a branch on a device value needs a device-side formulation, which changes the code's shape."
     valid = (
+        # Flags named like tensors (`return_loss`, `return_logits`) are flags.
+        "import torch\n"
+        "class VAE(torch.nn.Module):\n"
+        "    def forward(self, img, return_loss=False, return_logits=False):\n"
+        "        logits = self.encoder(img)\n"
+        "        if return_logits:\n"
+        "            return logits\n"
+        "        out = self.decoder(logits)\n"
+        "        if not return_loss:\n"
+        "            return out\n"
+        "        return (out - img).pow(2).mean()\n"
+        "model = VAE().cuda()\n"
+        "for img, _ in loader:\n"
+        "    loss = model(img.cuda(non_blocking=True), return_loss=True)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Shapes and Python values are host data already.
         "import torch\n"
         "model.cuda()\n"
