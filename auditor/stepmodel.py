@@ -290,11 +290,29 @@ class StepModel:
         else:
             return None
         for binding in bindings:
-            if binding.kind != "value":
+            if binding.kind == "element":
+                found_class = self._class_of_element(binding, depth)
+            elif binding.kind == "value":
+                found_class = self._class_of_value(binding.value, binding.scope, depth)
+            else:
                 continue
-            found_class = self._class_of_value(binding.value, binding.scope, depth)
             if found_class is not None:
                 return found_class
+        return None
+
+    def _class_of_element(self, binding, depth: int) -> str | None:
+        """`model, criterion = set_model(opt)` where this module's `set_model` returns
+        `model, criterion` after `criterion = SupConLoss(...)`: that element's class."""
+        value = binding.value
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+            return None
+        for function in self._functions_by_name.get(value.func.value, ()):
+            for returned in function.returns:
+                if isinstance(returned, cst.Tuple) and binding.position < len(returned.elements):
+                    element = returned.elements[binding.position].value
+                    found = self._class_of_value(element, function.scope, depth + 1)
+                    if found is not None:
+                        return found
         return None
 
     def _class_of_value(self, value: cst.BaseExpression, scope: Scope, depth: int) -> str | None:
@@ -437,6 +455,10 @@ class StepModel:
                 cls = self.index.classes.get(value.func.value)
                 if cls is not None:
                     return cls
+        # Through a factory of the module (`model, criterion = set_model()`), as class_of reads it.
+        known = self.class_of(cst.Name(name), site.scope) if any(b.kind == "element" for b in found[0]) else None
+        if known is not None and known.startswith("<local>."):
+            return self.index.classes.get(known[len("<local>."):])
         return None
 
     def _methods(self, cls: ClassInfo, names: tuple[str, ...], seen: frozenset = frozenset()) -> list[FunctionInfo]:

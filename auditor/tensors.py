@@ -80,6 +80,8 @@ _TENSOR_METHODS = frozenset({
     "masked_scatter", "copy_", "clamp_", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor",
     "outer", "dot", "cross", "addmm", "baddbmm", "remainder", "fmod", "floor_divide", "true_divide",
     "argwhere", "nan_to_num", "softplus", "lerp", "unfold", "split_with_sizes",
+    "new", "index", "index_fill", "index_fill_", "index_copy", "index_copy_", "index_put", "index_put_",
+    "resize_", "resize_as_", "fill_diagonal_", "masked_scatter_", "sort", "max_pool2d",
 })
 # Of those, the ones that move the tensor: `.cpu()` brings it to the host, the others to the device.
 _TO_HOST = frozenset({"cpu"})
@@ -354,6 +356,8 @@ class TensorInference:
             if _is_shape(value):
                 return Kind.NOT_TENSOR  # `n, c, h, w = img.shape`: sizes
             inner = self.kind(value, scope, depth)
+            if inner is Kind.UNKNOWN and self._draws_batch(value, binding.loop):
+                return Kind.HOST_TENSOR
             # `logits, loss = model(x, y)`, `x, y = batch`: elements of tensors' containers are tensors.
             return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
         if binding.kind == "loop":
@@ -362,6 +366,15 @@ class TensorInference:
                 return Kind.HOST_TENSOR
             return kind
         return Kind.UNKNOWN
+
+    def _draws_batch(self, value: cst.BaseExpression, loop: LoopInfo | None) -> bool:
+        """`batch, cond = next(self.data)` in a step loop that trains: whatever the iterator is
+        called, each pass draws the step's batch from it (consistency models' `run_loop`)."""
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next"):
+            return False
+        if not value.args or _NOT_BATCHES.search(terminal_name(value.args[0].value) or ""):
+            return False
+        return loop is not None and self.steps.is_step_loop(loop) and self.steps.loop_trains(loop)
 
     def _yields_batches(self, loop: LoopInfo | None) -> bool:
         """A `for` step loop over something that is not a count yields batches, whatever the

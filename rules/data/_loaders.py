@@ -198,7 +198,8 @@ def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool
             first = expr.args[0].value
             # torch.device(f"cuda:{rank}"), torch.device(args.device): a device we cannot read, not "cpu"
             return _is_device_expression(first, ctx, depth) if isinstance(first, cst.SimpleString) else True
-        return qualified in ("torch.cuda.current_device",)
+        # `dist_util.dev()` (OpenAI's diffusion code), `get_device()`: a helper that names the device
+        return qualified in ("torch.cuda.current_device",) or terminal_name(expr.func) in _DEVICE_GETTERS
     if isinstance(expr, cst.Integer):
         return True  # `.to(0)`: CUDA device 0
     name = terminal_name(expr)
@@ -391,6 +392,7 @@ def _made_by_helper_from_torch(call: cst.Call, ctx, seen: frozenset) -> bool:
 
 
 _BUILTINS = frozenset(dir(builtins))
+_DEVICE_GETTERS = frozenset({"dev", "get_device", "default_device", "get_default_device", "current_device"})
 
 
 def _made_by_helper_from_numbers(call: cst.Call, ctx) -> bool:

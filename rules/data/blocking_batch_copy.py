@@ -124,6 +124,22 @@ class BlockingBatchCopy(Rule):
         "model.to(device)\n",
     )
     invalid = (
+        # Drawn with `next()` from an iterator of any name in a loop that trains, moved to the device a
+        # helper names (OpenAI's diffusion code: `dist_util.dev()`).
+        "import torch\n"
+        "import dist_util\n"
+        "class TrainLoop:\n"
+        "    def __init__(self, model, data):\n"
+        "        self.model, self.data = model.cuda(), data\n"
+        "    def run_loop(self):\n"
+        "        while self.step < self.total_steps:\n"
+        "            batch, cond = next(self.data)\n"
+        "            self.run_step(batch, cond)\n"
+        "    def run_step(self, batch, cond):\n"
+        "        micro = batch.to(dist_util.dev())  # expect: LA202\n"
+        "        loss = self.model(micro).mean()\n"
+        "        loss.backward()\n"
+        "        self.opt.step()\n",
         # Moved together in one tuple assignment after the block reshaped them (PointNet).
         "import torch\n"
         "loader = torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True)\n"

@@ -366,6 +366,21 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # The criterion's class known through the tuple a factory returns (SupContrast's set_model).
+        "import torch\n"
+        "class SupConLoss(torch.nn.Module):\n"
+        "    def forward(self, features):\n"
+        "        mask = torch.eye(features.shape[0]).to(features.device)  # expect: LA205\n"
+        "        return (features @ features.T * mask).sum()\n"
+        "def set_model():\n"
+        "    model = Net()\n"
+        "    criterion = SupConLoss()\n"
+        "    return model.cuda(), criterion.cuda()\n"
+        "model, criterion = set_model()\n"
+        "for x, y in loader:\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         "import torch\n"
         "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
         "for x, y in train_loader:\n"
