@@ -15,7 +15,7 @@ _FACTORIES = frozenset({
     "randperm", "eye",
 })
 # Factories from Python data: flagged only for constants (data the script computes must be copied anyway).
-_FROM_DATA = frozenset({"tensor", "as_tensor"})
+_FROM_DATA = frozenset({"tensor", "as_tensor", "from_numpy"})
 # The legacy typed constructors: `torch.LongTensor(b, n)` makes an uninitialised tensor of that size
 # on the host, `torch.IntTensor([length] * b)` one from data.
 _LEGACY = frozenset({
@@ -109,9 +109,26 @@ def _host_made(expr: cst.BaseExpression, ctx, scope, depth: int, assumed: frozen
         if method == "cuda" or (method in ("to", "type") and not _is_dtype_conversion(expr, ctx)):
             return None  # a move (or a conversion we cannot read): what comes out is not the host tensor
         return _host_made(expr.func.value, ctx, scope, depth + 1, assumed)
+    if _is_variable_wrapper(expr, ctx) and expr.args:
+        return _host_made(expr.args[0].value, ctx, scope, depth + 1, assumed)  # pre-0.4 `Variable(x)`: x
     if isinstance(expr.func, cst.Name) and depth < 3:
         return _helper_host_creation(expr.func.value, ctx, depth)
     return None
+
+
+def _is_variable_wrapper(call: cst.Call, ctx) -> bool:
+    qualified = ctx.qualified_name(call.func) or ""
+    return qualified in ("torch.autograd.Variable", "torch.autograd.variable.Variable")
+
+
+def _numpy_constant(expr: cst.BaseExpression, ctx) -> bool:
+    """`np.array([1, 0, 0, 0, 1, 0, 0, 0, 1]).astype(np.float32)`: an array written out in the code."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "astype":
+        expr = expr.func.value
+    if not isinstance(expr, cst.Call) or not expr.args:
+        return False
+    qualified = ctx.qualified_name(expr.func) or ""
+    return qualified in ("numpy.array", "numpy.asarray") and _is_constant(expr.args[0].value)
 
 
 def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, assumed: frozenset) -> cst.Call | None:
@@ -145,7 +162,7 @@ def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, as
         return None  # a CPU generator: the same random numbers on every machine, on purpose
     if factory in _FROM_DATA:
         data = call.args[0].value if call.args and call.args[0].keyword is None else None
-        if data is None or not (_is_constant(data) or _is_fill(data) or _is_range(data)):
+        if data is None or not (_is_constant(data) or _is_fill(data) or _is_range(data) or _numpy_constant(data, ctx)):
             return None
     return call
 
@@ -262,7 +279,8 @@ class CreatedOnHostThenMoved(Rule):
         "is followed through names bound in the same function, indexing, arithmetic with numbers "
         "(`(torch.arange(n) + offset).cuda()`), torch functions of host-made tensors "
         "(`torch.stack(torch.meshgrid(dx, dy)).to(device)`) and helpers of the same module that return one; "
-        "`.type(torch.cuda.FloatTensor)` counts as a move. Not flagged: "
+        "`.type(torch.cuda.FloatTensor)` counts as a move, and `torch.from_numpy(np.array([...]))` of an array written "
+        "out in the code is a constant too. Not flagged: "
         "factories given `pin_memory=True` (host staging on purpose) or a `generator=` (CPU random "
         "numbers on purpose), `torch.tensor(data)` of data the script computes, and moves with "
         "`non_blocking=True`."
@@ -366,6 +384,22 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A constant written out as a NumPy array, through the pre-0.4 Variable wrapper (PointNet's STN).
+        "import numpy as np\n"
+        "import torch\n"
+        "from torch.autograd import Variable\n"
+        "class STN3d(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        x = self.fc(x)\n"
+        "        iden = Variable(torch.from_numpy(np.array([1, 0, 0, 0, 1, 0, 0, 0, 1]).astype(np.float32))).view(1, 9)\n"
+        "        if x.is_cuda:\n"
+        "            iden = iden.cuda()  # expect: LA205\n"
+        "        return x + iden\n"
+        "model = STN3d().cuda()\n"
+        "for x, y in loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # The criterion's class known through the tuple a factory returns (SupContrast's set_model).
         "import torch\n"
         "class SupConLoss(torch.nn.Module):\n"
