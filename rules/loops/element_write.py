@@ -61,6 +61,15 @@ class ElementWiseWrite(Rule):
         "adds only once; use `index_add_`/`scatter_add_` when indices can repeat."
     )
     valid = (
+        # Each pathway of a multi-pathway batch (a list) replaced by its copy on the device (SlowFast).
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for inputs, labels in loader:\n"
+        "    for i in range(len(inputs)):\n"
+        "        inputs[i] = inputs[i].cuda(non_blocking=True)\n"
+        "    loss = model(inputs).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # The batch turned into a numpy array before the helper writes it row by row: the name is
         # read where the block last bound it, not merged with the tensors it is bound to later.
         "import torch\n"
@@ -140,6 +149,8 @@ class ElementWiseWrite(Rule):
         for target in targets:
             if not isinstance(target, cst.Subscript) or tensor_kind(target.value, ctx) not in TENSORS:
                 continue
+            if _replaces_with_moved_copy(target, node.value):
+                continue  # `inputs[i] = inputs[i].cuda()`: a list of tensors, each replaced by its copy
             loop = self._element_loop(target, ctx)
             if loop is not None:
                 header = ctx.source(loop.iter, 36)
@@ -167,3 +178,14 @@ class ElementWiseWrite(Rule):
                         return loop
             frame = frame.parent
         return None
+
+
+def _replaces_with_moved_copy(target: cst.Subscript, value: cst.BaseExpression | None) -> bool:
+    """`inputs[i] = inputs[i].cuda(non_blocking=True)`: the slot gets a moved copy of what it held.
+    On a tensor that would be a no-op, so the container is a list (SlowFast's multi-pathway inputs)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        if value.func.attr.value in ("cuda", "to", "float", "half", "contiguous"):
+            value = value.func.value
+        else:
+            return False
+    return isinstance(value, cst.Subscript) and value.deep_equals(target)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
+from loopaudit.walk import iter_subtree
 
 _CONVERSIONS = frozenset({"float", "int", "bool", "complex"})
 
@@ -61,6 +62,18 @@ class TensorTruthValueInStep(Rule):
     )
     fix_safety = "No automatic fix: a branch on a device value needs a device-side formulation, which changes the code's shape."
     valid = (
+        # A presence check of an optional value (SlowFast's extra losses: None, or a list of them).
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for x, y in loader:\n"
+        "    loss_extra = None\n"
+        "    loss = model(x.cuda(non_blocking=True))\n"
+        "    if isinstance(loss, (list, tuple)):\n"
+        "        loss, loss_extra = loss\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if loss_extra:\n"
+        "        log(loss_extra)\n",
         # Flags named like tensors (`return_loss`, `return_logits`) are flags.
         "import torch\n"
         "class VAE(torch.nn.Module):\n"
@@ -130,6 +143,8 @@ class TensorTruthValueInStep(Rule):
         else:
             tested = ()
         for operand in tested:
+            if _may_be_none(operand, ctx):
+                continue  # `loss_extra = None` ... `if loss_extra:`: a presence check of an optional value
             if ctx.is_tensor(operand):
                 yield Report(operand, f"`{ctx.source(operand)}` is a tensor used as a condition: Python reads its value on the host, so the CPU stalls until the GPU drains, once per step")
         if isinstance(node, cst.Call):
@@ -147,3 +162,22 @@ class TensorTruthValueInStep(Rule):
         qualified = ctx.qualified_name(func) or ""
         if qualified.startswith("math.") and any(ctx.is_tensor(arg) for arg in positional):
             yield Report(node, f"`{qualified}()` converts a tensor to a Python float: the CPU stalls until the GPU drains, once per step")
+
+
+def _may_be_none(operand: cst.BaseExpression, ctx) -> bool:
+    """A name bound to `None` and otherwise only unpacked from a container (`loss, loss_extra = loss`):
+    testing it asks whether it is set, and what it holds when set (a list of losses?) is not known.
+    ConvNeXt's `class_acc = (...).float().mean() if ... else None` stays a 0-dim tensor when set."""
+    if not isinstance(operand, cst.Name):
+        return False
+    found = ctx.scope.lookup(operand.value)
+    if found is None:
+        return False
+    nones = [b for b in found[0] if b.kind == "value" and isinstance(b.value, cst.Name) and b.value.value == "None"]
+    others = [b for b in found[0] if b not in nones]
+    # (a rebinding made from the name itself, `loss_extra = all_reduce(loss_extra)`, tells no more)
+    return bool(nones) and all(b.kind == "element" or _mentions(b.value, operand.value) for b in others)
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == name for n in iter_subtree(node))
