@@ -602,6 +602,9 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
     unseen = _enter_unseen_models(layout, summaries, resolved, cuda, entered)
     if unseen:
         cuda = _cuda_closure(resolved, summaries, unseen)  # and on into what those models call
+        for path in unseen:
+            # That nobody calls the model is a fact about every module of the project.
+            depends.setdefault(path, set()).update(summaries)
 
     # Values (argument and return kinds, classes) only matter where a finding can be: in a module
     # that targets CUDA and runs code per step. Elsewhere they would only stir more rounds.
