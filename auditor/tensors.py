@@ -94,6 +94,11 @@ _TENSOR_NAMES = re.compile(
     r"(loss|losses_?\w*|\w*_loss|loss_\w+|logits|\w*_logits|outputs?|preds?|predictions?|"
     r"y_?hat|probs|probabilities|grad_?norm|total_?norm)$"
 )
+# `bool`, `Optional[int]`, `float | None`, `Literal["mean", "sum"]`: annotations no tensor satisfies.
+_NON_TENSOR_BASE = r"(?:bool|int|float|str|(?:typing\.)?Literal\[[^\]]*\])"
+_NON_TENSOR_ANNOTATION = re.compile(
+    rf"^\s*(?:(?:typing\.)?Optional\[\s*{_NON_TENSOR_BASE}\s*\]|{_NON_TENSOR_BASE}(?:\s*\|\s*None)?)\s*$"
+)
 _FLAG_NAME = re.compile(
     r"(?i)^(is|use|return|do|with|has|should|need|apply|enable)_|_(type|mode|name|kind|flag)$|"
     r"^(train|training|mode|inference|debug|verbose|kind|name|reduction|dim|axis)$"
@@ -210,7 +215,8 @@ class TensorInference:
             self._busy.discard(key)
             self._provisional.pop(key, None)
         if name in owner.params:  # a parameter, possibly also reassigned: `x = x * 2` in forward
-            kinds.append(self._parameter_kind(name, owner, depth))
+            declared = self._declared_not_tensor(name, owner)
+            kinds.append(Kind.NOT_TENSOR if declared else self._parameter_kind(name, owner, depth))
         merged = _merge(kinds)
         # A tensor-like name (`pred`, `loss`) is taken at its word, except as the element of an iterable
         # we know nothing about: `for pred, gt in zip(preds_str, labels)` walks decoded strings.
@@ -221,6 +227,26 @@ class TensorInference:
         ):
             return Kind.TENSOR
         return merged
+
+    def _declared_not_tensor(self, name: str, scope: Scope) -> bool:
+        """`pre_logits: bool = False`, `scale=1.0`: a parameter its signature declares a flag or a
+        number (by annotation, or by a literal default and no tensor annotation) is no tensor,
+        whatever its name suggests (timm's `forward_head(x, pre_logits=False)`)."""
+        function = scope.function
+        if function is None:
+            return False
+        for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+            if param.name.value != name:
+                continue
+            if param.annotation is not None:
+                return _NON_TENSOR_ANNOTATION.match(self.index.module.code_for_node(param.annotation.annotation)) is not None
+            default = param.default
+            if isinstance(default, cst.UnaryOperation):
+                default = default.expression  # `-1`
+            return isinstance(default, (cst.Integer, cst.Float, cst.SimpleString)) or (
+                isinstance(default, cst.Name) and default.value in ("True", "False")
+            )
+        return False
 
     def _parameter_kind(self, name: str, scope: Scope, depth: int = 0) -> Kind:
         """Parameters the framework fills with device tensors: an nn.Module's `forward(self, x)` inputs,

@@ -429,9 +429,46 @@ def _is_factory(expr: cst.BaseExpression, ctx) -> bool:
     return qualified.count(".") == 1 and qualified.startswith("torch.") and qualified[6:] in _FACTORIES
 
 
-def _origins(expr: cst.BaseExpression, ctx, depth: int = 0) -> list[cst.BaseExpression]:
+def _origins(expr: cst.BaseExpression, ctx) -> list[cst.BaseExpression]:
     """Where the value of `expr` comes from: the iterables of the loops that bind it and the calls
-    that make it, through names, subscripts (`batch[0]`), method chains (`x.float()`) and unpacking."""
+    that make it, through names, subscripts (`batch[0]`), method chains (`x.float()`) and unpacking.
+
+    Followed up to five names deep. Each binding is expanded once (at the shallowest depth it is
+    reached): a name rebound many times in a long function (`hidden_states = ...` thirty times in
+    a diffusers block) would otherwise be walked once per path, exponentially often."""
+    origins: list[cst.BaseExpression] = []
+    expanded: dict[int, int] = {}  # id(binding value) -> the depth it was expanded at
+
+    def walk(expr: cst.BaseExpression, depth: int) -> None:
+        expr = _strip_to_source(expr, ctx)
+        if not isinstance(expr, cst.Name) or depth > 4:
+            origins.append(expr)
+            return
+        found = ctx.scope.lookup(expr.value)
+        if not found:
+            origins.append(expr)
+            return
+        for binding in found[0]:
+            if binding.kind not in ("loop", "value", "element") or _moves_itself(binding.value, expr.value):
+                continue
+            key = id(binding.value)
+            if expanded.get(key, depth + 2) <= depth + 1:
+                continue
+            first_visit = key not in expanded
+            expanded[key] = depth + 1
+            if binding.kind == "loop" and first_visit:
+                origins.append(binding.value)
+            walk(binding.value, depth + 1)
+
+    walk(expr, 0)
+    unique: dict[int, cst.BaseExpression] = {}
+    for origin in origins:
+        unique.setdefault(id(origin), origin)
+    return list(unique.values())
+
+
+def _strip_to_source(expr: cst.BaseExpression, ctx) -> cst.BaseExpression:
+    """`batch[0]`, `x.float()`, `batch.items()` -> the value they are read from."""
     while True:
         if isinstance(expr, cst.Subscript):
             expr = expr.value
@@ -441,24 +478,9 @@ def _origins(expr: cst.BaseExpression, ctx, depth: int = 0) -> list[cst.BaseExpr
             elif ctx.qualified_name(expr.func) is None and not _calls_own_function(expr, ctx):
                 expr = expr.func.value  # `x.float()`: x itself (not `self.label2onehot(...)`, a method)
             else:
-                break
+                return expr
         else:
-            break
-    if not isinstance(expr, cst.Name) or depth > 4:
-        return [expr]
-    found = ctx.scope.lookup(expr.value)
-    if not found:
-        return [expr]
-    origins: list[cst.BaseExpression] = []
-    for binding in found[0]:
-        if _moves_itself(binding.value, expr.value):
-            continue
-        if binding.kind == "loop":
-            origins.append(binding.value)
-            origins.extend(_origins(binding.value, ctx, depth + 1))
-        elif binding.kind in ("value", "element"):
-            origins.extend(_origins(binding.value, ctx, depth + 1))
-    return origins
+            return expr
 
 
 def _prepared_loaders(ctx) -> frozenset[str]:

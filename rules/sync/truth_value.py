@@ -90,6 +90,21 @@ class TensorTruthValueInStep(Rule):
         "    loss = model(img.cuda(non_blocking=True), return_loss=True)\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
+        # A parameter the signature declares a flag is one, named like a tensor or not (timm's heads).
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def forward_head(self, x: torch.Tensor, pre_logits: bool = False, logits_scale=1.0):\n"
+        "        x = self.pool(x)\n"
+        "        if logits_scale:\n"
+        "            x = x * logits_scale\n"
+        "        return x if pre_logits else self.fc(x)\n"
+        "    def forward(self, x):\n"
+        "        return self.forward_head(self.features(x))\n"
+        "model = Net().cuda()\n"
+        "for x, y in loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Shapes and Python values are host data already.
         "import torch\n"
         "model.cuda()\n"
