@@ -15,7 +15,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
@@ -23,6 +22,7 @@ from . import __version__
 from .discovery import MissingPath, SourceFile, discover
 from .docs import rule_markdown
 from .baseline import BaselineError, new_findings
+from .cache import ENVIRONMENT_VARIABLE, FOLDER_NAME, ResultCache, default_folder
 from .baseline import load as load_baseline
 from .baseline import write as write_baseline_file
 from .config import ConfigError
@@ -84,6 +84,8 @@ def scan(
     fix: Annotated[bool, typer.Option("--fix", help="Apply the safe fixes to the files.")] = False,
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix or --diff: also apply fixes that change behaviour (each rule's docs say which).")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Print the fixes as a unified diff and write nothing (exit 1 when there is one).")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache of earlier results.")] = False,
+    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help=f"Keep the cache here (default: ${ENVIRONMENT_VARIABLE}, else {FOLDER_NAME} at the project root).", show_default=False)] = None,
 ) -> None:
     """Scan training scripts for what keeps the GPU idle once per step.
 
@@ -110,7 +112,8 @@ def scan(
             OutputFormat.full, OutputFormat.concise,
         )
         with ScanProgress("scanning", show_progress) as progress:
-            results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude, progress)
+            cache = None if no_cache or paths == ["-"] else _open_cache(cache_dir, settings)
+            results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude, progress, cache)
         fixes = []
         if fix or diff:
             results.findings, fixes = _fix_files(results, files, settings, unsafe_fixes, write=not diff)
@@ -143,7 +146,20 @@ def scan(
     raise typer.Exit(failed or (EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN))
 
 
-def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool, progress=None):
+def _open_cache(cache_dir: str | None, settings) -> ResultCache | None:
+    """The cache: `--cache-dir`, else $LOOPAUDIT_CACHE_DIR, else `.loopaudit_cache` in the folder
+    of the configuration that applies here (the project's root), else in the current folder. A
+    folder that cannot be written is reported once and the scan runs without it."""
+    root = settings.finder.for_folder(Path.cwd()).root
+    cache = ResultCache(Path(cache_dir) if cache_dir else default_folder(root))
+    problem = cache.prepare()
+    if problem is not None:
+        typer.echo(f"loopaudit: warning: {problem}; scanning without a cache", err=True)
+        return None
+    return cache
+
+
+def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool, progress=None, cache=None):
     """The scan's results and the files it read (one pseudo-file for stdin)."""
     if paths == ["-"]:
         name = stdin_filename or "<stdin>"
@@ -156,7 +172,7 @@ def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, for
     files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
     workers = jobs or os.cpu_count() or 1
     items = [(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files]
-    return analyze_many(items, workers, progress), files
+    return analyze_many(items, workers, progress, cache), files
 
 
 def _narrow(findings, since: str | None, known: frozenset[str] | None):
@@ -302,6 +318,8 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code, e.g. LA101,
         raise usage_error(f"no rule {code!r} (see `loopaudit rules`)")
     console = Console(highlight=False)
     if console.is_terminal:
+        from rich.markdown import Markdown  # only here: importing it costs every scan 35 ms
+
         console.print(Markdown(rule_markdown(rule)))
     else:
         typer.echo(rule_markdown(rule))  # piped: the Markdown itself, not a rendering padded to the width

@@ -18,6 +18,7 @@ ConfigError naming the file and the key; the command exits 2 with it.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -64,6 +65,10 @@ class FileConfig:
     def excludes(self, file: Path, is_dir: bool = False) -> bool:
         """Is `file` (under this configuration's folder) excluded from folder walks?"""
         return _matches(self._exclude_spec, self.root, file, is_dir)
+
+    @property
+    def has_excludes(self) -> bool:
+        return self._exclude_spec is not None
 
     def ignored_codes(self, file: Path) -> list[str]:
         """The codes `per-file-ignores` drops for `file`."""
@@ -190,6 +195,7 @@ class ConfigFinder:
         self._isolated = isolated
         self._by_folder: dict[Path, FileConfig] = {}
         self._defaults = FileConfig(None, Path.cwd().resolve())
+        self._by_file_folder: dict[str, FileConfig] = {}
         if forced is not None:
             loaded = load(forced)
             if loaded is None:
@@ -197,7 +203,14 @@ class ConfigFinder:
             self._forced_config = loaded
 
     def for_file(self, file: Path | str) -> FileConfig:
-        return self.for_folder(Path(file).resolve().parent)
+        # Files of one folder share its configuration: resolve each folder once, not each file.
+        if os.path.islink(file):
+            return self.for_folder(Path(file).resolve().parent)  # its configuration is its target's
+        folder = os.path.dirname(os.path.abspath(file))
+        known = self._by_file_folder.get(folder)
+        if known is None:
+            known = self._by_file_folder[folder] = self.for_folder(Path(file).resolve().parent)
+        return known
 
     def for_folder(self, folder: Path) -> FileConfig:
         if self._isolated:

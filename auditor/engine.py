@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .cache import ResultCache
 from .context import RuleContext
 from .device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
@@ -375,7 +376,12 @@ class ScanResult:
 Item = tuple[str, str, bool, ScanOptions]  # (path, display name, named explicitly, options)
 
 
-def analyze_many(items: Iterable[Item], jobs: int, progress: Callable[[int, int], None] | None = None) -> ScanResult:
+def analyze_many(
+    items: Iterable[Item],
+    jobs: int,
+    progress: Callable[[int, int], None] | None = None,
+    cache: ResultCache | None = None,
+) -> ScanResult:
     """Analyse (path, display name, explicit, options) items, in worker processes when there are
     many. Each file has its own options: the configuration closest to it decides them.
 
@@ -383,10 +389,26 @@ def analyze_many(items: Iterable[Item], jobs: int, progress: Callable[[int, int]
     others say about it, until nothing changes. A single file is analysed alone.
 
     `progress(done, total)` hears of each file of the first round as its analysis ends (the later
-    rounds re-analyse few files)."""
+    rounds re-analyse few files).
+
+    `cache`: analyses already stored there are read instead of done again (cache.py); a scan of
+    exactly the same files as an earlier one reads its whole result back."""
     work = list(items)
+    whole = cache.scan_key(work) if cache is not None else None
+    stored = cache.get(whole) if cache is not None else None
+    if stored is not None:
+        if progress is not None:
+            progress(len(work), len(work))
+        return stored
+    result = _analyze_many(work, jobs, progress, cache)
+    if cache is not None and not result.problems:
+        cache.put(whole, result)
+    return result
+
+
+def _analyze_many(work: list[Item], jobs: int, progress, cache: ResultCache | None) -> ScanResult:
     path_of = [os.path.abspath(item[0]) for item in work]
-    with _Workers(jobs if len(work) >= 16 else 1, progress) as workers:
+    with _Workers(jobs if len(work) >= 16 else 1, progress, cache) as workers:
         # The project: the scanned files outside any library's own sources (project.py).
         scanned = ProjectLayout(path_of)
         project = [i for i in range(len(work)) if not scanned.is_library(path_of[i])]
@@ -405,13 +427,13 @@ def analyze_many(items: Iterable[Item], jobs: int, progress: Callable[[int, int]
                 break
             for i, outcome in zip(changed, workers.run([(*work[i], facts[path_of[i]]) for i in changed])):
                 outcomes[i] = outcome
-    return _with_lines(_total(outcomes, {work[i][1]: facts[path_of[i]] for i in project}))
+    return _with_lines(_total(outcomes, {work[i][1]: facts[path_of[i]] for i in project}), cache)
 
 
-def _with_lines(result: ScanResult) -> ScanResult:
+def _with_lines(result: ScanResult, cache: ResultCache | None = None) -> ScanResult:
     """Fill in the line numbers the findings show of how their lines are reached (origins.py), and in
     the facts of the files with findings, which a fix pass analyses again."""
-    resolve = LineResolver()
+    resolve = LineResolver(cache)
     result.findings = [replace(f, context=resolve(f.context)) if f.context and "⟦" in f.context else f for f in result.findings]
     with_findings = {f.filename for f in result.findings}
     for name in with_findings & set(result.facts):
@@ -435,12 +457,16 @@ def _total(outcomes: list[Outcome], facts: dict[str, ProjectFacts]) -> ScanResul
 
 
 class _Workers:
-    """Runs analyses in this process, or in one pool of worker processes kept for every round."""
+    """Runs analyses in this process, or in one pool of worker processes kept for every round, and
+    reads from and stores into the cache, when there is one."""
 
-    def __init__(self, jobs: int, progress: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self, jobs: int, progress: Callable[[int, int], None] | None = None, cache: ResultCache | None = None
+    ) -> None:
         self.jobs = jobs
         self._pool = None
         self._progress = progress  # told of the first round only
+        self._cache = cache
 
     def __enter__(self) -> _Workers:
         return self
@@ -451,6 +477,25 @@ class _Workers:
 
     def run(self, work: list[tuple[str, str, bool, ScanOptions, ProjectFacts | None]]) -> list[Outcome]:
         progress, self._progress = self._progress or (lambda done, total: None), None
+        cache = self._cache
+        if cache is None:
+            return self._analyze(work, progress)
+        keys = [cache.key(*item) for item in work]
+        stored = [cache.get(key) for key in keys]
+        missing = [i for i, outcome in enumerate(stored) if outcome is None]
+        hits = len(work) - len(missing)
+        if hits:
+            progress(hits, len(work))
+        analysed = self._analyze([work[i] for i in missing], lambda done, total: progress(hits + done, len(work)))
+        outcomes: list[Outcome] = list(stored)
+        for i, outcome in zip(missing, analysed):
+            outcomes[i] = outcome
+            # Internal errors are not kept: the next run tries again.
+            if not outcome[1] and cache.still_current(*work[i], key=keys[i]):
+                cache.put(keys[i], outcome)
+        return outcomes
+
+    def _analyze(self, work, progress: Callable[[int, int], None]) -> list[Outcome]:
         if self.jobs <= 1 or len(work) < 2:
             outcomes = []
             for item in work:

@@ -41,10 +41,12 @@ class LineMarks:
 
 
 class LineResolver:
-    """Replaces marks with line numbers, parsing each file they point into once."""
+    """Replaces marks with line numbers, parsing each file they point into once (or reading its
+    line numbers from `cache`, a ResultCache, by the file's contents)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache=None) -> None:
         self._lines: dict[str, dict[tuple[str, int], int] | None] = {}
+        self._cache = cache
 
     def __call__(self, text: str | None) -> str | None:
         if text is None or "⟦" not in text:
@@ -58,7 +60,13 @@ class LineResolver:
 
     def _file_lines(self, path: str) -> dict[tuple[str, int], int] | None:
         if path not in self._lines:
-            self._lines[path] = _lines_of(path)
+            key = self._cache.lines_key(path) if self._cache is not None else None
+            lines = self._cache.get(key) if key is not None else None
+            if lines is None:
+                lines = _lines_of(path)
+                if key is not None and lines is not None:
+                    self._cache.put(key, lines)
+            self._lines[path] = lines
         return self._lines[path]
 
 

@@ -379,6 +379,7 @@ class ProjectLayout:
         self._by_name: dict[str, list[str]] = {}
         self._files = set(self.paths)
         self._texts: dict[str, _TextFacts] = {}
+        self._resolved: dict[tuple[str, str], tuple[str, str] | None] = {}
         # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
         self.methods: dict[str, list[tuple[str, str]]] = {}
         # field name -> "@file:Class" of the one class the project stores under that name (derive_facts)
@@ -461,6 +462,15 @@ class ProjectLayout:
 
     def resolve(self, importer: str, target: str) -> tuple[str, str] | None:
         """(file, qualname in it) for a call target, or None when it is not in the project."""
+        if target.startswith("*."):
+            return self._resolve(importer, target)  # by method name: `methods` changes every round
+        key = (importer, target)
+        if key not in self._resolved:
+            # The files and their names are fixed for the scan: each round asks the same questions.
+            self._resolved[key] = self._resolve(importer, target)
+        return self._resolved[key]
+
+    def _resolve(self, importer: str, target: str) -> tuple[str, str] | None:
         if target.split(".", 1)[0] in LIBRARIES:
             return None
         if target.startswith("@"):

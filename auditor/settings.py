@@ -95,6 +95,8 @@ class Settings:
     def excluded(self, file: Path) -> bool:
         """Is a file found by walking a folder excluded by its configuration?"""
         config = self.finder.for_file(file)
+        if not config.has_excludes:
+            return False  # the usual case: nothing to resolve the file's folders for
         if config.excludes(file):
             return True
         # A pattern naming a folder (`data/`, `legacy`) excludes everything under it.

@@ -17,6 +17,15 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 
 
+def pytest_configure(config) -> None:
+    # The commands the tests run keep their cache in one temporary folder, not in the checkout (or
+    # wherever they run). The cache stays on, as for users; tests about its location unset this.
+    if "LOOPAUDIT_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["LOOPAUDIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="loopaudit-test-cache-")
+
+
 def loopaudit_command() -> list[str]:
     """The console script pip installed; the tests exercise the real entry point, not a shortcut."""
     exe = shutil.which("loopaudit", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))

@@ -1,0 +1,190 @@
+"""A persistent cache of each file's analysis, as ruff keeps one: an unchanged file is not parsed again.
+
+An entry is one file's outcome (findings, internal problems, project summary) under a key made of
+everything the analysis reads:
+
+- the file's bytes (a content hash, so a touched but unchanged file still hits);
+- the scan options (rules, step methods, periodic names, device);
+- in a project-wide scan, the facts the other modules gave it (project.py). Those are derived from the
+  summaries of the modules it depends on, so they stand for those modules' contents, but more
+  precisely: an edit elsewhere that changes nothing about this module leaves its entries valid;
+- the file's path and display name (findings carry them);
+- loopaudit itself: its version and a digest of its own sources, so an edited checkout never reads
+  results of the code it replaced.
+
+The scan asks the same questions in the same order with or without the cache (the rounds of a project
+scan depend only on the outcomes), so the findings are identical either way.
+
+Entries are written atomically (a temporary file renamed into place), so concurrent runs and a killed
+run leave only whole entries. An entry that cannot be read back, for whatever reason, is a miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import os
+import pickle
+import stat
+from pathlib import Path
+
+from . import __version__
+from .atomic import write_atomically
+
+FOLDER_NAME = ".loopaudit_cache"
+ENVIRONMENT_VARIABLE = "LOOPAUDIT_CACHE_DIR"
+_CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by loopaudit.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+
+
+class ResultCache:
+    def __init__(self, folder: str | Path) -> None:
+        self.root = Path(folder)
+        self.folder = self.root / f"{__version__}-{_own_sources_digest()}"
+        self._options_digests: dict[int, str] = {}
+        self._memo: dict[int, tuple[object, str]] = {}
+        self.hits = 0
+        self.misses = 0
+        self._writable = True
+
+    def prepare(self) -> str | None:
+        """Create the folder (with a .gitignore that ignores it whole, and a CACHEDIR.TAG that tells
+        backup tools to skip it). None when it is ready, else why the scan runs without it."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for name, text in ((".gitignore", "# Created by loopaudit.\n*\n"), ("CACHEDIR.TAG", _CACHEDIR_TAG)):
+                marker = self.root / name
+                if not marker.exists():
+                    write_atomically(marker, text.encode())
+        except OSError as error:
+            self._writable = False
+            return f"cannot use the cache folder {self.root}: {error.strerror or error}"
+        return None
+
+    def key(self, path: str, display_name: str, explicit: bool, options, facts) -> str | None:
+        """The entry's name, or None when the file cannot be read (its analysis says why)."""
+        content = _content_digest(path)
+        if content is None:
+            return None
+        parts = (
+            content, os.path.abspath(path), display_name, explicit, self._options_digest(options),
+            _canonical(facts, self._memo),
+        )
+        return hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+
+    def scan_key(self, items) -> str | None:
+        """The entry of a whole scan's result: every file's key, in the scan's order. The project's
+        facts are derived from the files alone, so equal files give an equal result."""
+        keys = [self.key(path, display_name, explicit, options, None) for path, display_name, explicit, options in items]
+        if None in keys:
+            return None
+        return "scan-" + hashlib.blake2b("\n".join(keys).encode(), digest_size=20).hexdigest()
+
+    def lines_key(self, path: str) -> str | None:
+        """The entry of a file's line numbers by place in its walk (origins.py), by its contents."""
+        content = _content_digest(path)
+        return None if content is None else f"lines-{content}"
+
+    def still_current(self, path: str, display_name: str, explicit: bool, options, facts, *, key: str) -> bool:
+        """Is the file still what was hashed when `key` was made? A file edited while the scan read
+        it must not store its new findings under its old contents."""
+        return self.key(path, display_name, explicit, options, facts) == key
+
+    def get(self, key: str | None):
+        if key is None:
+            return None
+        try:
+            with open(self._entry(key), "rb") as stream:
+                outcome = pickle.load(stream)
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except Exception:  # a truncated, corrupt or foreign entry is a miss, never a crash
+            self.misses += 1
+            return None
+        self.hits += 1
+        return outcome
+
+    def put(self, key: str | None, outcome) -> None:
+        if key is None or not self._writable:
+            return
+        entry = self._entry(key)
+        try:
+            entry.parent.mkdir(exist_ok=True)
+            write_atomically(entry, pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            self._writable = False  # a full or read-only disk: the scan goes on without storing
+
+    def _entry(self, key: str) -> Path:
+        return self.folder / key[:2] / key[2:]
+
+    def _options_digest(self, options) -> str:
+        digest = self._options_digests.get(id(options))
+        if digest is None:
+            parts = (
+                sorted(rule.code for rule in options.rules), sorted(options.extra_hooks),
+                sorted(options.periodic_names), options.device,
+            )
+            digest = self._options_digests[id(options)] = repr(parts)
+        return digest
+
+
+def default_folder(project_root: Path) -> Path:
+    """`LOOPAUDIT_CACHE_DIR` if set, else `.loopaudit_cache` at the project's root."""
+    configured = os.environ.get(ENVIRONMENT_VARIABLE)
+    return Path(configured) if configured else project_root / FOLDER_NAME
+
+
+def _content_digest(path: str) -> str | None:
+    """None for what cannot be read, or must not be: a FIFO named *.py would block the scan."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as stream:
+            return hashlib.blake2b(stream.read(), digest_size=20).hexdigest()
+    except OSError:
+        return None
+
+
+def _canonical(value, memo: dict[int, tuple[object, str]]) -> str:
+    """A text that is equal exactly when the facts are (sets sorted; `depends_on`, which only
+    records where the facts came from, left out). `memo` holds the texts of sets already written:
+    every module's facts share one large `roots` set."""
+    if value is None:
+        return "None"
+    kind = type(value)
+    if kind is frozenset or kind is set:
+        known = memo.get(id(value))
+        if known is None or known[0] is not value:
+            known = memo[id(value)] = (value, "{" + ",".join(sorted(_canonical(item, memo) for item in value)) + "}")
+        return known[1]
+    if kind is tuple or kind is list:
+        return "(" + ",".join(_canonical(item, memo) for item in value) + ")"
+    if kind is str or kind is int or kind is bool:
+        return repr(value)
+    if dataclasses.is_dataclass(value):
+        fields = [f.name for f in dataclasses.fields(value) if f.name != "depends_on"]
+        return "(" + ",".join(f"{name}={_canonical(getattr(value, name), memo)}" for name in fields) + ")"
+    return repr(value)
+
+
+_SOURCES_DIGEST: str | None = None
+
+
+def _own_sources_digest() -> str:
+    """A digest of loopaudit's own .py files (the engine and the rules, which may be installed in
+    different folders): an edited checkout is a different analyser."""
+    global _SOURCES_DIGEST
+    if _SOURCES_DIGEST is None:
+        digest = hashlib.blake2b(digest_size=8)
+        for package in (__package__, f"{__package__}.rules"):
+            folder = Path(importlib.import_module(package).__file__).parent
+            for source in sorted(folder.rglob("*.py")):
+                digest.update(f"{package}/{source.relative_to(folder).as_posix()}".encode())
+                digest.update(source.read_bytes())
+        _SOURCES_DIGEST = digest.hexdigest()
+    return _SOURCES_DIGEST

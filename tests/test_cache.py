@@ -1,0 +1,149 @@
+"""The persistent cache (cache.py): a cached scan reports exactly what a fresh one does, an edit
+anywhere is seen, and a broken or unwritable cache never breaks a scan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from loopaudit.cache import FOLDER_NAME, ResultCache
+from loopaudit.engine import analyze_many
+
+from .conftest import loopaudit_command, run_cli
+from .test_project import OPTIONS, PROJECTS, write_project
+
+
+def scan(root: Path, cache: ResultCache | None = None, jobs: int = 1) -> list[dict]:
+    items = [(str(p), p.relative_to(root).as_posix(), False, OPTIONS) for p in sorted(root.rglob("*.py"))]
+    result = analyze_many(items, jobs, cache=cache)
+    assert not result.problems
+    return [f.to_json() for f in result.findings]
+
+
+def new_cache(folder: Path) -> ResultCache:
+    cache = ResultCache(folder)
+    assert cache.prepare() is None
+    return cache
+
+
+@pytest.mark.parametrize("name", sorted(PROJECTS))
+def test_cold_and_warm_scans_report_what_a_scan_without_cache_does(tmp_path, name):
+    project = tmp_path / "project"
+    write_project(project, PROJECTS[name])
+    fresh = scan(project)
+    cold = new_cache(tmp_path / "cache")
+    assert scan(project, cold) == fresh
+    warm = new_cache(tmp_path / "cache")
+    assert scan(project, warm) == fresh
+    assert warm.hits == 1 and warm.misses == 0  # the whole scan read back as one entry
+
+
+@pytest.mark.parametrize("name", sorted(PROJECTS))
+def test_after_an_edit_the_untouched_files_are_read_back_and_the_result_is_fresh(tmp_path, name):
+    project = tmp_path / "project"
+    write_project(project, PROJECTS[name])
+    scan(project, new_cache(tmp_path / "cache"))
+    edited = sorted(project.rglob("*.py"))[-1]
+    edited.write_text(edited.read_text() + "\nimport torch\nfor x in loader:\n    x.cuda().item()\n")
+    cache = new_cache(tmp_path / "cache")
+    assert scan(project, cache) == scan(project)
+    assert cache.hits >= 1 or len(list(project.rglob("*.py"))) == 1
+
+
+def test_an_edit_in_the_caller_changes_the_findings_of_an_unchanged_callee(tmp_path):
+    """metrics.py never changes, but whether its `.item()` runs per step is said by train.py."""
+    write_project(tmp_path / "p", {
+        "train.py": """
+            import torch
+            from metrics import log
+            model = Net().cuda()
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+                log(loss)
+            """,
+        "metrics.py": """
+            def log(loss):
+                print(loss.item())
+            """,
+    })
+    cache_dir = tmp_path / "cache"
+    before = run_cli("scan", str(tmp_path / "p"), "--output-format", "json", "--cache-dir", str(cache_dir))
+    assert [(f["filename"].rsplit("/", 1)[-1], f["code"]) for f in json.loads(before.out)] == [("metrics.py", "LA101")]
+    train = tmp_path / "p" / "train.py"
+    train.write_text(train.read_text().replace("    log(loss)\n", "") + "log(loss)\n")  # once, after training
+    after = run_cli("scan", str(tmp_path / "p"), "--output-format", "json", "--cache-dir", str(cache_dir))
+    assert json.loads(after.out) == []
+    again = run_cli("scan", str(tmp_path / "p"), "--output-format", "json", "--no-cache")
+    assert json.loads(again.out) == []
+
+
+def test_corrupt_and_truncated_entries_are_misses_never_crashes(tmp_path):
+    project = tmp_path / "project"
+    write_project(project, PROJECTS["two projects in one scan: each utils.py is the one beside its caller"])
+    fresh = scan(project)
+    scan(project, new_cache(tmp_path / "cache"))
+    entries = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.parent.parent.parent == tmp_path / "cache"]
+    assert entries
+    for number, entry in enumerate(entries):
+        entry.write_bytes(b"" if number % 2 else b"\x80\x05not a pickle")
+    cache = new_cache(tmp_path / "cache")
+    assert scan(project, cache) == fresh
+    assert cache.hits == 0
+    assert scan(project, new_cache(tmp_path / "cache")) == fresh  # and the entries were written again
+
+
+def test_results_are_the_same_across_workers_with_a_cache(tmp_path):
+    files = dict(PROJECTS["two projects in one scan: each utils.py is the one beside its caller"])
+    files.update({f"filler/m{i}.py": f"import torch\nx{i} = torch.zeros({i})\n" for i in range(14)})
+    write_project(tmp_path / "project", files)
+    fresh = scan(tmp_path / "project", jobs=1)
+    assert scan(tmp_path / "project", new_cache(tmp_path / "a"), jobs=2) == fresh
+    assert scan(tmp_path / "project", new_cache(tmp_path / "a"), jobs=1) == fresh
+
+
+def test_the_default_cache_lives_at_the_project_root_and_ignores_itself(tmp_path):
+    write_project(tmp_path, {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    (tmp_path / "pyproject.toml").write_text("[tool.loopaudit]\nselect = ['LA1']\n")
+    (tmp_path / "sub").mkdir()
+    result = run_cli("scan", "..", cwd=tmp_path / "sub", env={"LOOPAUDIT_CACHE_DIR": ""})
+    assert result.returncode == 1, result.err
+    folder = tmp_path / FOLDER_NAME
+    assert (folder / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert (folder / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    assert not (tmp_path / "sub" / FOLDER_NAME).exists()
+
+
+def test_no_cache_writes_nothing_and_the_environment_variable_moves_it(tmp_path):
+    write_project(tmp_path / "p", {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    run_cli("scan", "p", "--no-cache", cwd=tmp_path, env={"LOOPAUDIT_CACHE_DIR": ""})
+    assert not (tmp_path / FOLDER_NAME).exists()
+    run_cli("scan", "p", cwd=tmp_path, env={"LOOPAUDIT_CACHE_DIR": str(tmp_path / "elsewhere")})
+    assert not (tmp_path / FOLDER_NAME).exists()
+    assert any(p.is_file() for p in (tmp_path / "elsewhere").rglob("*") if p.name not in (".gitignore", "CACHEDIR.TAG"))
+
+
+def test_an_unusable_cache_folder_is_reported_and_the_scan_goes_on(tmp_path):
+    write_project(tmp_path, {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    (tmp_path / "a_file").write_text("not a folder")
+    result = run_cli("scan", "train.py", "--output-format", "concise", "--cache-dir", "a_file/cache", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "train.py:4" in result.out
+    assert "cannot use the cache folder" in result.err and "scanning without a cache" in result.err
+
+
+def test_concurrent_runs_share_a_cache_safely(tmp_path):
+    files = dict(PROJECTS["two projects in one scan: each utils.py is the one beside its caller"])
+    files.update({f"filler/m{i}.py": f"import torch\nx{i} = torch.zeros({i})\n" for i in range(20)})
+    write_project(tmp_path / "p", files)
+    command = [*loopaudit_command(), "scan", "p", "--output-format", "json", "--cache-dir", "cache", "--exit-zero"]
+    runs = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert all(run.returncode == 0 for run in runs), [err for _, err in outputs]
+    expected = run_cli("scan", "p", "--output-format", "json", "--no-cache", "--exit-zero", cwd=tmp_path).out
+    assert all(out.decode() == expected for out, _ in outputs)
+    assert not [p for p in (tmp_path / "cache").rglob(".*") if p.name not in (".gitignore",)]  # no temporary files left
