@@ -20,7 +20,7 @@ from .engine import ScanOptions, analyze_path
 from .finding import Finding
 from .profiling.timing import steps_phrase
 from .registry import static_rules
-from .reporting import FORMATS, measured, measured_json
+from .reporting import FORMATS
 from .rule import RuntimeRule
 
 
@@ -70,8 +70,11 @@ def run(
     (`pip install 'loopaudit[profile]'`). Exit status: the script's own when it fails, 2 when it never
     reached the measured steps, else 1 with findings and 0 without.
     """
+    # Imported here, not at the top: every `loopaudit scan` imports this module (for the commands'
+    # signatures), and the measured reports' imports would cost each scan 30 ms.
     from .profiling.audit import audit_run, display_path
     from .profiling.breakdown import from_run
+    from .reporting import measured, measured_json
     from .profiling.evidence import RunEvidence
     from .profiling.runner import RunRequest, run_script, torch_is_installed
 
@@ -265,6 +268,7 @@ def analyze(
     pageable copies, allocator churn and GPU idle time, with the LA6xx findings they show."""
     from .profiling.audit import audit_trace
     from .profiling.breakdown import from_trace
+    from .reporting import measured, measured_json
     from .profiling.trace import TraceError, load_trace
     from .profiling.trace_analysis import analyze_trace
 
