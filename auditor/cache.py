@@ -26,6 +26,8 @@ import hashlib
 import importlib
 import os
 import pickle
+import re
+import shutil
 import stat
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from . import __version__
 from .atomic import write_atomically
 
 FOLDER_NAME = ".loopaudit_cache"
+_VERSION_FOLDER = re.compile(r"^[0-9][0-9A-Za-z.+_-]*-[0-9a-f]{16}$")  # "0.1.0-774bf7feac968e7f"
 ENVIRONMENT_VARIABLE = "LOOPAUDIT_CACHE_DIR"
 _CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -63,7 +66,20 @@ class ResultCache:
         except OSError as error:
             self._writable = False
             return f"cannot use the cache folder {self.root}: {error.strerror or error}"
+        self._remove_other_versions()
         return None
+
+    def _remove_other_versions(self) -> None:
+        """Entries of another loopaudit (an upgrade, an edited checkout) are never read again: drop
+        them, so the folder does not grow with every version. A run of that other version at the
+        same moment loses its cache, not its results (an entry that cannot be written is skipped)."""
+        try:
+            others = [entry for entry in os.scandir(self.root) if entry.is_dir() and _VERSION_FOLDER.match(entry.name)]
+        except OSError:
+            return
+        for entry in others:
+            if entry.name != self.folder.name:
+                shutil.rmtree(entry.path, ignore_errors=True)
 
     def key(self, path: str, display_name: str, explicit: bool, options, facts) -> str | None:
         """The entry's name, or None when the file cannot be read (its analysis says why)."""

@@ -147,3 +147,15 @@ def test_concurrent_runs_share_a_cache_safely(tmp_path):
     expected = run_cli("scan", "p", "--output-format", "json", "--no-cache", "--exit-zero", cwd=tmp_path).out
     assert all(out.decode() == expected for out, _ in outputs)
     assert not [p for p in (tmp_path / "cache").rglob(".*") if p.name not in (".gitignore",)]  # no temporary files left
+
+
+def test_entries_of_other_loopaudit_versions_are_removed(tmp_path):
+    write_project(tmp_path / "p", {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    old = tmp_path / "cache" / "0.0.9-0123456789abcdef" / "ab"
+    old.mkdir(parents=True)
+    (old / "cdef").write_bytes(b"an entry of an older loopaudit")
+    kept = tmp_path / "cache" / "notes"  # not a version folder: not ours to remove
+    kept.mkdir()
+    cache = new_cache(tmp_path / "cache")
+    assert scan(tmp_path / "p", cache) == scan(tmp_path / "p")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) == sorted([cache.folder.name, "notes"])
