@@ -116,10 +116,7 @@ class ResultCache:
         try:
             with open(self._entry(key), "rb") as stream:
                 outcome = pickle.load(stream)
-        except FileNotFoundError:
-            self.misses += 1
-            return None
-        except Exception:  # a truncated, corrupt or foreign entry is a miss, never a crash
+        except Exception:  # absent, truncated, corrupt or foreign: a miss, never a crash
             self.misses += 1
             return None
         self.hits += 1

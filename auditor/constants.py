@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .names import terminal_name
-from .module_index import argument_for
+from .module_index import argument_for, named_param
 
 _ARITHMETIC = {
     cst.Multiply: lambda a, b: a * b, cst.Divide: lambda a, b: a / b, cst.FloorDivide: lambda a, b: a // b,
@@ -88,11 +88,8 @@ def _passed_command_line_default(name: str, at, depth: int):
 
 
 def _default_of(function, name: str) -> cst.BaseExpression | None:
-    params = function.node.params
-    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-        if param.name.value == name:
-            return param.default
-    return None
+    param = named_param(function.node, name)
+    return param.default if param is not None else None
 
 
 def _argparse_defaults(at) -> dict:

@@ -74,9 +74,9 @@ def run(
     # signatures), and the measured reports' imports would cost each scan 30 ms.
     from .profiling.audit import audit_run, display_path
     from .profiling.breakdown import from_run
-    from .reporting import measured, measured_json
     from .profiling.evidence import RunEvidence
     from .profiling.runner import RunRequest, run_script, torch_is_installed
+    from .reporting import measured, measured_json
 
     path = Path(script)
     if not path.exists():
@@ -268,9 +268,9 @@ def analyze(
     pageable copies, allocator churn and GPU idle time, with the LA6xx findings they show."""
     from .profiling.audit import audit_trace
     from .profiling.breakdown import from_trace
-    from .reporting import measured, measured_json
     from .profiling.trace import TraceError, load_trace
     from .profiling.trace_analysis import analyze_trace
+    from .reporting import measured, measured_json
 
     settings = build_settings(select, None, ignore, None, config, isolated)
     try:

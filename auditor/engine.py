@@ -394,14 +394,16 @@ def analyze_many(
     `cache`: analyses already stored there are read instead of done again (cache.py); a scan of
     exactly the same files as an earlier one reads its whole result back."""
     work = list(items)
-    whole = cache.scan_key(work) if cache is not None else None
-    stored = cache.get(whole) if cache is not None else None
+    if cache is None:
+        return _analyze_many(work, jobs, progress, None)
+    whole = cache.scan_key(work)
+    stored = cache.get(whole)
     if stored is not None:
         if progress is not None:
             progress(len(work), len(work))
         return stored
     result = _analyze_many(work, jobs, progress, cache)
-    if cache is not None and not result.problems:
+    if not result.problems:
         cache.put(whole, result)
     return result
 

@@ -573,6 +573,12 @@ def argument_at(call: cst.Call, name: str, position: int) -> cst.BaseExpression 
     return None
 
 
+def named_param(function: cst.FunctionDef, name: str) -> cst.Param | None:
+    """The parameter `name` of `function` (positional, ordinary or keyword-only), if it has one."""
+    params = function.params
+    return next((p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name), None)
+
+
 def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:
     """The expression `call` passes for `function`'s parameter `name`, if it can be told."""
     positional = function.positional_params

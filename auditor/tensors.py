@@ -17,7 +17,7 @@ import re
 
 import libcst as cst
 
-from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope
+from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
 from .names import terminal_name
 from .patterns import FORWARD_CALLEE, unwrap_iterable
 from .stepmodel import StepModel, argument_for
@@ -232,21 +232,17 @@ class TensorInference:
         """`pre_logits: bool = False`, `scale=1.0`: a parameter its signature declares a flag or a
         number (by annotation, or by a literal default and no tensor annotation) is no tensor,
         whatever its name suggests (timm's `forward_head(x, pre_logits=False)`)."""
-        function = scope.function
-        if function is None:
+        param = named_param(scope.function, name) if scope.function is not None else None
+        if param is None:
             return False
-        for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
-            if param.name.value != name:
-                continue
-            if param.annotation is not None:
-                return _NON_TENSOR_ANNOTATION.match(self.index.module.code_for_node(param.annotation.annotation)) is not None
-            default = param.default
-            if isinstance(default, cst.UnaryOperation):
-                default = default.expression  # `-1`
-            return isinstance(default, (cst.Integer, cst.Float, cst.SimpleString)) or (
-                isinstance(default, cst.Name) and default.value in ("True", "False")
-            )
-        return False
+        if param.annotation is not None:
+            return _NON_TENSOR_ANNOTATION.match(self.index.module.code_for_node(param.annotation.annotation)) is not None
+        default = param.default
+        if isinstance(default, cst.UnaryOperation):
+            default = default.expression  # `-1`
+        return isinstance(default, (cst.Integer, cst.Float, cst.SimpleString)) or (
+            isinstance(default, cst.Name) and default.value in ("True", "False")
+        )
 
     def _parameter_kind(self, name: str, scope: Scope, depth: int = 0) -> Kind:
         """Parameters the framework fills with device tensors: an nn.Module's `forward(self, x)` inputs,

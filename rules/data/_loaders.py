@@ -452,11 +452,10 @@ def _origins(expr: cst.BaseExpression, ctx) -> list[cst.BaseExpression]:
             if binding.kind not in ("loop", "value", "element") or _moves_itself(binding.value, expr.value):
                 continue
             key = id(binding.value)
-            if expanded.get(key, depth + 2) <= depth + 1:
-                continue
-            first_visit = key not in expanded
+            if key in expanded and expanded[key] <= depth + 1:
+                continue  # expanded already, as deep or deeper than it would be from here
             expanded[key] = depth + 1
-            if binding.kind == "loop" and first_visit:
+            if binding.kind == "loop":
                 origins.append(binding.value)
             walk(binding.value, depth + 1)
 
