@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .cache import ResultCache
 from .context import RuleContext
@@ -26,6 +25,7 @@ from .device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .module_index import build_index
 from .origins import LineMarks, LineResolver
+from .positions import Positions, print_rewritten
 from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, derive_facts, summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Report, Rule
@@ -185,7 +185,7 @@ def _apply_rules(
         return FileAnalysis([])  # a file that never imports torch has no tensors (unless a caller passes some)
     steps = StepModel(index, options.extra_hooks, facts)
     tensors = TensorInference(index, steps)
-    positions = _Positions(module, display_name)
+    positions = Positions(module, text)
     summary = None
     if facts is not None:
         own_cuda = targets_cuda(index, steps)
@@ -216,24 +216,6 @@ def _apply_rules(
     return FileAnalysis(_to_findings(module, text, display_name, raw, positions), summary)
 
 
-class _Positions:
-    """Line numbers of a module's nodes, computed once and only when something needs them (libcst
-    computes them for the whole tree at once, the one expensive piece of metadata)."""
-
-    def __init__(self, module: cst.Module, display_name: str) -> None:
-        self.module = module
-        self.display_name = display_name
-        self._positions = None
-
-    def __getitem__(self, node: cst.CSTNode):
-        if self._positions is None:
-            self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
-        return self._positions[node]
-
-    def line_of(self, node: cst.CSTNode) -> int:
-        return self[node].start.line
-
-
 def _call_describer(module: cst.Module, display_name: str, line_of):
     """Why a call runs once per step, for the module it enters: "step loop `for x in loader`
     (main.py:120) → `engine.step()` (main.py:124)", with the lines as marks (origins.py)."""
@@ -255,18 +237,16 @@ def _line_starts(text: str) -> list[int]:
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
-def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int]) -> FixInfo:
-    """The fix as text edits: each rewrite is printed as part of the whole module (a node printed
-    alone loses its blocks' indentation on continuation lines), and the edit is the span where the
-    printed module differs from the text."""
+def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int], positions: Positions) -> FixInfo:
+    """The fix as text edits: the span where the text with the rewrite differs from the text."""
     edits = []
     for old, new in fix.replacements:
-        rewritten = (module.deep_remove(old) if new is cst.RemovalSentinel.REMOVE else module.deep_replace(old, new)).code
-        start = 0
+        rewritten, same_before, same_after = _rewrite(old, new, module, text, positions)
+        start = same_before
         limit = min(len(text), len(rewritten))
         while start < limit and text[start] == rewritten[start]:
             start += 1
-        tail = 0
+        tail = min(len(text) - same_after, limit - start)
         while tail < limit - start and text[len(text) - 1 - tail] == rewritten[len(rewritten) - 1 - tail]:
             tail += 1
         end = len(text) - tail
@@ -274,12 +254,30 @@ def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int]) -> Fix
     return FixInfo("safe" if fix.safe else "unsafe", fix.description, tuple(sorted(edits, key=lambda e: e.start)))
 
 
+def _rewrite(old: cst.CSTNode, new, module: cst.Module, text: str, positions: Positions) -> tuple[str, int, int]:
+    """The module's text with `old` rewritten, and the offsets before and from which it is the same
+    as `text`. Only the statement around the rewrite is printed again (positions.py), in the text's
+    place, unless no statement around it can be placed: then the whole module is (a node printed
+    alone would lose the indentation of its blocks' continuation lines)."""
+    removing = new is cst.RemovalSentinel.REMOVE
+    placed = None
+    if module.has_trailing_newline:
+        # A removal can empty the statement it is in, which its parent then drops: print the parent.
+        placed = positions.place(old, above=positions.innermost_statement(old) if removing else None)
+    if placed is None:
+        return (module.deep_remove(old) if removing else module.deep_replace(old, new)).code, 0, len(text)
+    statement = placed.statement
+    changed = statement.deep_remove(old) if removing else statement.deep_replace(old, new)
+    end = placed.offset + len(placed.code)
+    return text[:placed.offset] + print_rewritten(placed, changed, module) + text[end:], placed.offset, end
+
+
 def _location(offset: int, starts: list[int]) -> Location:
     line = bisect.bisect_right(starts, offset)
     return Location(line, offset - starts[line - 1] + 1)
 
 
-def _to_findings(module: cst.Module, text: str, display_name: str, raw, positions: _Positions) -> list[Finding]:
+def _to_findings(module: cst.Module, text: str, display_name: str, raw, positions: Positions) -> list[Finding]:
     starts = _line_starts(text)
     lines = text.splitlines()
     suppressed = suppressions(text)
@@ -300,7 +298,7 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
             suggestion=rule_class.suggestion,
             source_line=lines[row - 1] if row - 1 < len(lines) else None,
             url=rule_url(rule_class.code, rule_class.name),
-            fix=_fix_info(report.fix, module, text, starts) if report.fix else None,
+            fix=_fix_info(report.fix, module, text, starts, positions) if report.fix else None,
         )
     return sorted(findings.values(), key=Finding.sort_key)
 
