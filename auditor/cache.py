@@ -21,7 +21,6 @@ run leave only whole entries. An entry that cannot be read back, for whatever re
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import os
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from . import __version__
 from .atomic import write_atomically
+from .canonical import canonical, content_digest
 
 FOLDER_NAME = ".loopaudit_cache"
 _VERSION_FOLDER = re.compile(r"^[0-9][0-9A-Za-z.+_-]*-[0-9a-f]{16}$")  # "0.1.0-774bf7feac968e7f"
@@ -45,11 +45,14 @@ _CACHEDIR_TAG = (
 
 
 class ResultCache:
+    """The cache as one scan sees it: each file is hashed once, when the scan first asks for it."""
+
     def __init__(self, folder: str | Path) -> None:
         self.root = Path(folder)
         self.folder = self.root / f"{__version__}-{_own_sources_digest()}"
         self._options_digests: dict[int, str] = {}
         self._memo: dict[int, tuple[object, str]] = {}
+        self._contents: dict[str, str | None] = {}  # path -> digest of its bytes, hashed once per scan
         self.hits = 0
         self.misses = 0
         self._writable = True
@@ -81,16 +84,25 @@ class ResultCache:
             if entry.name != self.folder.name:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
-    def key(self, path: str, display_name: str, explicit: bool, options, facts) -> str | None:
-        """The entry's name, or None when the file cannot be read (its analysis says why)."""
-        content = _content_digest(path)
+    def key(self, path: str, display_name: str, explicit: bool, options, facts, *, fresh: bool = False) -> str | None:
+        """The entry's name, or None when the file cannot be read (its analysis says why). The file
+        is hashed once per scan, unless `fresh`."""
+        content = self.content_digest(path, fresh=fresh)
         if content is None:
             return None
         parts = (
-            content, os.path.abspath(path), display_name, explicit, self._options_digest(options),
-            _canonical(facts, self._memo),
+            content, os.path.abspath(path), display_name, "explicit" if explicit else "found",
+            self._options_digest(options), canonical(facts, self._memo),
         )
-        return hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+        return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+
+    def content_digest(self, path: str, *, fresh: bool = False) -> str | None:
+        """The digest of the file's bytes as this scan first read them (`fresh`: as they are now)."""
+        if fresh:
+            return _content_digest(path)
+        if path not in self._contents:
+            self._contents[path] = _content_digest(path)
+        return self._contents[path]
 
     def scan_key(self, items) -> str | None:
         """The entry of a whole scan's result: every file's key, in the scan's order. The project's
@@ -100,6 +112,11 @@ class ResultCache:
             return None
         return "scan-" + hashlib.blake2b("\n".join(keys).encode(), digest_size=20).hexdigest()
 
+    def facts_key(self, layout_signature: str, digests: dict[str, str | None]) -> str:
+        """The entry of the project facts derived from these summaries (None: a file not analysed)."""
+        text = "\n".join([layout_signature, *(f"{path}\0{digests[path]}" for path in sorted(digests))])
+        return "facts-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+
     def lines_key(self, path: str) -> str | None:
         """The entry of a file's line numbers by place in its walk (origins.py), by its contents."""
         content = _content_digest(path)
@@ -108,7 +125,7 @@ class ResultCache:
     def still_current(self, path: str, display_name: str, explicit: bool, options, facts, *, key: str) -> bool:
         """Is the file still what was hashed when `key` was made? A file edited while the scan read
         it must not store its new findings under its old contents."""
-        return self.key(path, display_name, explicit, options, facts) == key
+        return self.key(path, display_name, explicit, options, facts, fresh=True) == key
 
     def get(self, key: str | None):
         if key is None:
@@ -158,31 +175,9 @@ def _content_digest(path: str) -> str | None:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None
         with open(path, "rb") as stream:
-            return hashlib.blake2b(stream.read(), digest_size=20).hexdigest()
+            return content_digest(stream.read())
     except OSError:
         return None
-
-
-def _canonical(value, memo: dict[int, tuple[object, str]]) -> str:
-    """A text that is equal exactly when the facts are (sets sorted; `depends_on`, which only
-    records where the facts came from, left out). `memo` holds the texts of sets already written:
-    every module's facts share one large `roots` set."""
-    if value is None:
-        return "None"
-    kind = type(value)
-    if kind is frozenset or kind is set:
-        known = memo.get(id(value))
-        if known is None or known[0] is not value:
-            known = memo[id(value)] = (value, "{" + ",".join(sorted(_canonical(item, memo) for item in value)) + "}")
-        return known[1]
-    if kind is tuple or kind is list:
-        return "(" + ",".join(_canonical(item, memo) for item in value) + ")"
-    if kind is str or kind is int or kind is bool:
-        return repr(value)
-    if dataclasses.is_dataclass(value):
-        fields = [f.name for f in dataclasses.fields(value) if f.name != "depends_on"]
-        return "(" + ",".join(f"{name}={_canonical(getattr(value, name), memo)}" for name in fields) + ")"
-    return repr(value)
 
 
 _SOURCES_DIGEST: str | None = None

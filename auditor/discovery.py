@@ -33,7 +33,7 @@ class MissingPath(Exception):
 
 
 def discover(paths: list[str], cwd: Path | None = None) -> list[SourceFile]:
-    cwd = cwd or Path.cwd()
+    cwd = str((cwd or Path.cwd()).resolve())
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         raise MissingPath(", ".join(missing))
@@ -41,33 +41,35 @@ def discover(paths: list[str], cwd: Path | None = None) -> list[SourceFile]:
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            for found in _walk(path):
-                files.setdefault(str(found.resolve()), SourceFile(str(found), _display(found, cwd), False))
+            for found, absolute in _walk(path):
+                files.setdefault(absolute, SourceFile(str(found), _display(found, absolute, cwd), False))
         else:
-            files[str(path.resolve())] = SourceFile(str(path), _display(path, cwd), True)
+            absolute = str(path.resolve())
+            files[absolute] = SourceFile(str(path), _display(path, absolute, cwd), True)
     return sorted(files.values(), key=lambda f: f.display)
 
 
-def _display(path: Path, cwd: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(cwd.resolve()))
-    except ValueError:
-        return str(path)
+def _display(path: Path, absolute: str, cwd: str) -> str:
+    """The path from the current folder when the file is under it, else as given."""
+    inside = cwd if cwd.endswith(os.sep) else cwd + os.sep
+    return absolute[len(inside):] if absolute.startswith(inside) else str(path)
 
 
 def _is_virtualenv(folder: Path) -> bool:
     return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _walk(root: Path) -> Iterator[tuple[Path, str]]:
+    """(path, resolved path) of each *.py file under `root` that is not skipped or ignored."""
     # The .gitignore files that apply in each folder: those above it, then its own.
     inherited = {root.resolve(): _ignores_above(root)}
     for folder, subfolders, filenames in os.walk(root):
         here = Path(folder)
-        specs = inherited.pop(here.resolve(), [])
+        resolved = here.resolve()
+        specs = inherited.pop(resolved, [])
         local = _load_gitignore(here)
         if local is not None:
-            specs = [*specs, (here.resolve(), local)]
+            specs = [*specs, (resolved, local)]
         kept = []
         for name in sorted(subfolders):
             sub = here / name
@@ -79,9 +81,13 @@ def _walk(root: Path) -> Iterator[Path]:
             inherited[sub.resolve()] = specs
         subfolders[:] = kept
         for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
             file = here / name
-            if name.endswith(".py") and not _ignored(file, specs, is_dir=False):
-                yield file
+            # Resolving every file costs a system call per folder of its path: only a link needs it.
+            absolute = str(file.resolve()) if os.path.islink(file) else os.path.join(resolved, name)
+            if not _ignored(file, specs, is_dir=False, absolute=absolute):
+                yield file, absolute
 
 
 def _load_gitignore(folder: Path) -> pathspec.PathSpec | None:
@@ -124,8 +130,10 @@ def _ignores_above(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     return chain
 
 
-def _ignored(path: Path, specs: list[tuple[Path, pathspec.PathSpec]], *, is_dir: bool) -> bool:
-    absolute = path.resolve()
+def _ignored(path: Path, specs: list[tuple[Path, pathspec.PathSpec]], *, is_dir: bool, absolute: str | None = None) -> bool:
+    if not specs:
+        return False
+    absolute = Path(absolute) if absolute is not None else path.resolve()
     for base, spec in specs:
         try:
             relative = absolute.relative_to(base).as_posix()

@@ -10,16 +10,19 @@ import bisect
 import contextlib
 import io
 import os
+import pickle
 import re
 import stat
 import sys
 import tokenize
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
 from .cache import ResultCache
+from .canonical import digest
 from .context import RuleContext
 from .device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
@@ -138,7 +141,7 @@ def analyze_source(
     if not explicit and not driven and not passes_prefilter(text, options, in_project=facts is not None):
         return FileAnalysis([])
     try:
-        module = cst.parse_module(text)
+        module = _RECENT_MODULES.parse(text)
     except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
         row, column, reason = _syntax_error_position(text, error)
         message = f"syntax error, the file cannot be parsed: {reason}"
@@ -150,6 +153,35 @@ def analyze_source(
     except RecursionError:
         message = "the file nests too deeply to analyse (an expression or block thousands of levels deep)"
         return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message))
+
+
+class _RecentModules:
+    """The modules this process parsed last, by their text. A project scan analyses a file again in
+    later rounds, with new facts but the same text: its parse, half of an analysis, is kept (in a
+    one-file re-scan, where the file is analysed in this process every round, it always is).
+    Bounded by the size of the texts: a tree costs about 2 KB per line of source."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # characters
+        self._modules: OrderedDict[str, cst.Module] = OrderedDict()
+        self._size = 0
+
+    def parse(self, text: str) -> cst.Module:
+        module = self._modules.get(text)
+        if module is not None:
+            self._modules.move_to_end(text)
+            return module
+        module = cst.parse_module(text)  # trees are immutable: one can serve every analysis
+        if len(text) <= self.limit:
+            self._modules[text] = module
+            self._size += len(text)
+            while self._size > self.limit:
+                dropped, _ = self._modules.popitem(last=False)
+                self._size -= len(dropped)
+        return module
+
+
+_RECENT_MODULES = _RecentModules(limit=1_000_000)  # about 25,000 lines: 50 MB of trees per process
 
 
 def _syntax_error_position(text: str, error: Exception) -> tuple[int, int, str]:
@@ -366,8 +398,8 @@ class ScanResult:
     findings: list[Finding] = field(default_factory=list)
     # Internal errors ("file: what went wrong"): a bug of ours, never a problem with the user's file.
     problems: list[str] = field(default_factory=list)
-    # Project-wide scans: each file's facts from the other files (by display name), which a fix pass
-    # must analyse the file with again to find the same findings.
+    # Project-wide scans: the facts from the other files of each file with findings (by display
+    # name), which a fix pass must analyse the file with again to find the same findings.
     facts: dict[str, ProjectFacts] = field(default_factory=dict)
 
 
@@ -414,12 +446,11 @@ def _analyze_many(work: list[Item], jobs: int, progress, cache: ResultCache | No
         project = [i for i in range(len(work)) if not scanned.is_library(path_of[i])]
         if len(project) < 2:
             return _total(workers.run([(*item, None) for item in work]), {})
-        layout = ProjectLayout(path_of[i] for i in project)
+        layout = scanned if len(project) == len(work) else ProjectLayout(path_of[i] for i in project)
         facts = {path_of[i]: ProjectFacts(roots=layout.roots) for i in project}
         outcomes = workers.run([(*item, facts.get(path_of[i])) for i, item in enumerate(work)])
         for _ in range(MAX_ROUNDS):
-            summaries = {path_of[i]: outcomes[i][2] for i in project if outcomes[i][2] is not None}
-            derived = derive_facts(layout, summaries)
+            derived = _derived_facts(layout, {path_of[i]: outcomes[i] for i in project}, cache)
             new = {path: facts[path].grown(derived[path]) for path in facts}
             changed = [i for i in project if new[path_of[i]].analysis_key() != facts[path_of[i]].analysis_key()]
             facts = new
@@ -430,26 +461,67 @@ def _analyze_many(work: list[Item], jobs: int, progress, cache: ResultCache | No
     return _with_lines(_total(outcomes, {work[i][1]: facts[path_of[i]] for i in project}), cache)
 
 
+def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: ResultCache | None) -> dict[str, ProjectFacts]:
+    """derive_facts over the files' summaries, or what it gave an earlier scan for the same ones (by
+    their digests). A touched file whose summary stays the same (an edited comment, a changed line
+    inside a function) leaves the project's facts as they were, and no summary is even unpickled.
+    derive_facts also reads the text of files (their imports, classes and top-level names): the
+    entry keeps what it read, which must read the same now (the same bytes, or, where they
+    changed, the same facts read from them)."""
+    key = stored = None
+    if cache is not None:
+        key = cache.facts_key(layout.signature, {path: outcome[3] for path, outcome in outcomes.items()})
+        stored = cache.get(key)
+    if stored is not None:
+        derived, texts = stored
+        if all(
+            cache.content_digest(path) == digest or layout.text_facts(path) == read
+            for path, (digest, read) in texts.items()
+        ):
+            return _sharing_roots(derived, layout.roots)
+    summaries = {path: pickle.loads(outcome[2]) for path, outcome in outcomes.items() if outcome[2] is not None}
+    derived = derive_facts(layout, summaries)
+    if cache is not None:
+        cache.put(key, (derived, layout.texts_read()))
+    return derived
+
+
+def _sharing_roots(derived: dict[str, ProjectFacts], roots: frozenset[str]) -> dict[str, ProjectFacts]:
+    """Facts read back hold their own copy of the project's root names, the one large set in them;
+    pointed at the layout's, as derive_facts' are, comparing facts compares it by identity."""
+    copies = {id(facts.roots): facts.roots for facts in derived.values()}
+    for copy in copies.values():
+        if copy == roots:
+            for facts in derived.values():
+                if facts.roots is copy:
+                    object.__setattr__(facts, "roots", roots)  # frozen, and not yet seen by anyone
+    return derived
+
+
 def _with_lines(result: ScanResult, cache: ResultCache | None = None) -> ScanResult:
     """Fill in the line numbers the findings show of how their lines are reached (origins.py), and in
     the facts of the files with findings, which a fix pass analyses again."""
     resolve = LineResolver(cache)
     result.findings = [replace(f, context=resolve(f.context)) if f.context and "⟦" in f.context else f for f in result.findings]
     with_findings = {f.filename for f in result.findings}
-    for name in with_findings & set(result.facts):
-        facts = result.facts[name]
+    # Only the files with findings are analysed again (by a fix pass): the others' facts are dropped,
+    # which keeps a whole scan's cache entry small.
+    result.facts = {name: facts for name, facts in result.facts.items() if name in with_findings}
+    for name, facts in result.facts.items():
         if facts.entered:
             result.facts[name] = replace(facts, entered=tuple((q, resolve(origin)) for q, origin in facts.entered))
     return result
 
 
-# What one file's analysis sends back: its findings, internal errors, and its project summary.
-Outcome = tuple[list[Finding], list[str], ModuleSummary | None]
+# What one file's analysis sends back: its findings, internal errors, its project summary (pickled:
+# a scan that reads the project's facts back from the cache never needs it) and the summary's digest
+# (what the project facts are derived from: see _derived_facts).
+Outcome = tuple[list[Finding], list[str], bytes | None, str | None]
 
 
 def _total(outcomes: list[Outcome], facts: dict[str, ProjectFacts]) -> ScanResult:
     total = ScanResult(facts=facts)
-    for findings, problems, _ in outcomes:
+    for findings, problems, *_ in outcomes:
         total.findings.extend(findings)
         total.problems.extend(problems)
     total.findings.sort(key=Finding.sort_key)
@@ -509,7 +581,7 @@ class _Workers:
         # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
         # test files) must not end up in one worker's batch while the others sit idle.
         order = sorted(range(len(work)), key=lambda i: _size(work[i][0]), reverse=True)
-        outcomes: list[Outcome] = [([], [], None)] * len(work)
+        outcomes: list[Outcome] = [([], [], None, None)] * len(work)
         for done, (i, outcome) in enumerate(zip(order, self._pool.map(_analyze_item, [work[i] for i in order], chunksize=1)), 1):
             outcomes[i] = outcome
             progress(done, len(work))
@@ -528,9 +600,12 @@ def _analyze_item(item: tuple[str, str, bool, ScanOptions, ProjectFacts | None])
     with _deep_recursion():
         try:
             analysis = analyze_file(path, name, options, explicit=explicit, facts=facts)
-            return analysis.findings, [], analysis.summary
+            summary = analysis.summary
+            if summary is None:
+                return analysis.findings, [], None, None
+            return analysis.findings, [], pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL), digest(summary)
         except Exception as error:  # a bug in loopaudit must not hide the other files' findings
-            return [], [_describe_error(name, error)], None
+            return [], [_describe_error(name, error)], None, None
 
 
 def analyze_stdin(data: bytes, name: str, options: ScanOptions) -> ScanResult:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -148,19 +149,35 @@ class Positions:
 
     def _parent_map(self) -> dict[cst.CSTNode, cst.CSTNode]:
         if self._parents is None:
-            parents: dict[cst.CSTNode, cst.CSTNode] = {}
-            stack: list[cst.CSTNode] = [self.module]
-            while stack:
-                node = stack.pop()
-                for name in child_fields(type(node)):
-                    value = getattr(node, name)
-                    children = value if isinstance(value, (tuple, list)) else (value,)
-                    for child in children:
-                        if isinstance(child, cst.CSTNode):
-                            parents[child] = node
-                            stack.append(child)
-            self._parents = parents
+            self._parents = _parents_of(self.module)
         return self._parents
+
+
+# The parent maps of the modules placed last: a project scan analyses a module again in later rounds
+# with the same tree (engine.py keeps recent parses), and builds its map once.
+_RECENT_PARENTS: OrderedDict[int, tuple[cst.Module, dict[cst.CSTNode, cst.CSTNode]]] = OrderedDict()
+
+
+def _parents_of(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
+    recent = _RECENT_PARENTS.get(id(module))
+    if recent is not None and recent[0] is module:
+        _RECENT_PARENTS.move_to_end(id(module))
+        return recent[1]
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        for name in child_fields(type(node)):
+            value = getattr(node, name)
+            children = value if isinstance(value, (tuple, list)) else (value,)
+            for child in children:
+                if isinstance(child, cst.CSTNode):
+                    parents[child] = node
+                    stack.append(child)
+    _RECENT_PARENTS[id(module)] = (module, parents)
+    while len(_RECENT_PARENTS) > 4:
+        _RECENT_PARENTS.popitem(last=False)
+    return parents
 
 
 class _Recorder:

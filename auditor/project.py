@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
+from .canonical import content_digest
 from .constants import At, setting_value
 from .module_index import FrameKind
 from .names import dotted_name
@@ -54,7 +55,6 @@ class ProjectFacts:
     step_work: frozenset[str] = frozenset()  # ... that train, run a forward pass or fetch a batch
     entered: tuple[tuple[str, str], ...] = ()  # (qualname, origin): own functions entered per step elsewhere
     cuda: bool = False  # a module that targets CUDA drives this one's code
-    depends_on: tuple[str, ...] = ()  # the files these facts were derived from (what a cache keys on)
     # (qualname, parameter, kind): what the callers in other modules pass (a Kind's value, merged here)
     argument_kinds: tuple[tuple[str, str, str], ...] = ()
     # (qualname, parameter, value): the setting (an int or bool, such as a worker count) that the callers
@@ -100,6 +100,8 @@ class ProjectFacts:
         """These facts joined with a later round's. What is known about steps and CUDA only grows,
         so the rounds settle instead of swinging between two answers; what values are (argument and
         return kinds, classes) is refined from round to round, so the later word stands."""
+        if newer == self:
+            return self  # the common case in later rounds (the tuples are sorted sets, so joining changes nothing)
         return replace(
             newer,
             trains=self.trains | newer.trains,
@@ -109,7 +111,6 @@ class ProjectFacts:
             returned_uses=tuple(sorted(set(self.returned_uses) | set(newer.returned_uses))),
             entered=tuple(sorted({**dict(newer.entered), **dict(self.entered)}.items())),
             cuda=self.cuda or newer.cuda,
-            depends_on=tuple(sorted(set(self.depends_on) | set(newer.depends_on))),
             imports_training=self.imports_training or newer.imports_training,
             active=self.active or newer.active,
             reached=self.reached or newer.reached,
@@ -379,11 +380,13 @@ class ProjectLayout:
         self._by_name: dict[str, list[str]] = {}
         self._files = set(self.paths)
         self._texts: dict[str, _TextFacts] = {}
+        self._text_digests: dict[str, str] = {}
         self._resolved: dict[tuple[str, str], tuple[str, str] | None] = {}
         # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
         self.methods: dict[str, list[tuple[str, str]]] = {}
         # field name -> "@file:Class" of the one class the project stores under that name (derive_facts)
         self.fields: dict[str, str] = {}
+        self._loose_folders: set[str] = set()
         if not self.paths:
             self.root = ""
             return
@@ -399,7 +402,6 @@ class ProjectLayout:
         # The scanned folder, when it has no `__init__.py`, is a project folder rather than a
         # package: when it is named like one of its modules (raft/ holding core/raft.py, put on
         # sys.path by the script), `from raft import RAFT` means that module.
-        self._loose_folders: set[str] = set()
         if scanned != self.root and not os.path.isfile(os.path.join(scanned, "__init__.py")):
             parts = os.path.relpath(scanned, self.root).split(os.sep)
             self._loose_folders = {".".join(parts[i:]) for i in range(len(parts))}
@@ -424,11 +426,27 @@ class ProjectLayout:
 
     def module_names(self, path: str) -> list[str]:
         """`root/a/b/c.py` may be imported as `c`, `b.c` or `a.b.c` (whichever folder is on sys.path)."""
-        parts = os.path.relpath(path, self.root).split(os.sep)
+        inside = self.root if self.root.endswith(os.sep) else self.root + os.sep
+        # The paths are absolute and under the root (as the layout's own are): cut instead of relpath.
+        relative = path[len(inside):] if path.startswith(inside) else os.path.relpath(path, self.root)
+        parts = relative.split(os.sep)
         parts[-1] = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
         if parts[-1] == "__init__":
             parts.pop()
         return [".".join(parts[i:]) for i in range(len(parts)) if all(p.isidentifier() for p in parts[i:])]
+
+    @functools.cached_property
+    def signature(self) -> str:
+        """What the layout is made of: equal signatures resolve every name the same way."""
+        return repr((self.root, sorted(self._loose_folders), self.paths))
+
+    def text_facts(self, path: str) -> _TextFacts:
+        return self._read(path)
+
+    def texts_read(self) -> dict[str, tuple[str, _TextFacts]]:
+        """What was read so far from the text of files (resolving names, skipped files), with the
+        digest of the bytes it was read from."""
+        return {path: (self._text_digests[path], facts) for path, facts in self._texts.items()}
 
     def imported_modules(self, path: str) -> list[str]:
         """The modules a file imports, read from its text (for files that were not parsed)."""
@@ -442,10 +460,13 @@ class ProjectLayout:
         cached = self._texts.get(path)
         if cached is None:
             try:
-                with open(path, encoding="utf-8", errors="replace") as stream:
-                    text = stream.read()
+                with open(path, "rb") as stream:
+                    data = stream.read()
             except OSError:
-                text = ""
+                data = b""
+            self._text_digests[path] = content_digest(data)
+            # As a text-mode read: undecodable bytes replaced, universal newlines.
+            text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
             cached = self._texts[path] = _TextFacts(
                 imports=[match.group(1) or match.group(2) for match in _IMPORT.finditer(text)],
                 methods=_text_methods(text),
@@ -582,7 +603,6 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
     loops: dict[str, set[str]] = {}
     work: dict[str, set[str]] = {}
     entered: dict[str, dict[str, str]] = {}
-    depends: dict[str, set[str]] = {}
     for path, edges in resolved.items():
         for edge, file, qualname in edges:
             target = summaries[file].functions.get(qualname) if file in summaries else None
@@ -590,31 +610,21 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                 for known, found in ((trains, target.trains), (loops, target.has_step_loop), (work, target.step_work)):
                     if found:
                         known.setdefault(path, set()).add(edge.target)
-                        depends.setdefault(path, set()).add(file)
                 for param, trained in target.iterates:
                     position = target.params.index(param) if param in target.params else -1
                     iterates.setdefault(path, set()).add((edge.target, param, position, trained))
-                    depends.setdefault(path, set()).add(file)
                 for key, value in edge.values:
                     name = _parameter_named(target.params, key)
                     if name in target.loader_settings:
                         values.setdefault(file, set()).add((qualname, name, value))
-                        depends.setdefault(file, set()).add(path)
             for element, trained, again in edge.result_uses:
                 returned.setdefault(file, set()).add((qualname, element, trained, again))
-                depends.setdefault(file, set()).add(path)
             if edge.per_step is not None and edge.per_step.count(" → ") <= MAX_HOPS:
                 entered.setdefault(file, {}).setdefault(qualname, edge.per_step)
-                depends.setdefault(file, set()).add(path)
-            elif edge.passes_device and cuda.get(path):
-                depends.setdefault(file, set()).add(path)
 
     unseen = _enter_unseen_models(layout, summaries, resolved, cuda, entered)
     if unseen:
         cuda = _cuda_closure(resolved, summaries, unseen)  # and on into what those models call
-        for path in unseen:
-            # That nobody calls the model is a fact about every module of the project.
-            depends.setdefault(path, set()).update(summaries)
 
     # Values (argument and return kinds, classes) only matter where a finding can be: in a module
     # that targets CUDA and runs code per step. Elsewhere they would only stir more rounds.
@@ -639,25 +649,21 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             summary = summaries.get(file)
             if path in active and summary is not None and qualname in summary.returns:
                 returns.setdefault(path, {})[edge.target] = summary.returns[qualname]
-                depends.setdefault(path, set()).add(file)
             if path in active and summary is not None and qualname in summary.returned_classes:
                 where = _absolute_class(layout, file, summary.returned_classes[qualname])
                 if where is not None:
                     returned_classes.setdefault(path, {})[edge.target] = where
-                    depends.setdefault(path, set()).add(file)
             if file not in active:
                 continue
             target = summary.functions.get(qualname) if summary is not None else None
             params = target.params if target is not None else ()
             for key, kind in edge.arguments:
                 kinds.setdefault(file, {}).setdefault((qualname, _parameter_named(params, key)), set()).add(kind)
-                depends.setdefault(file, set()).add(path)
             for key, cls in edge.classes:
                 name = _parameter_named(params, key)
                 where = _absolute_class(layout, path, cls)
                 if where is not None:
                     classes.setdefault(file, {}).setdefault((qualname, name), where)
-                    depends.setdefault(file, set()).add(path)
 
     training = {
         path for path, summary in summaries.items()
@@ -675,7 +681,6 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             argument_values=tuple(sorted(values.get(path, ()), key=repr)),
             entered=tuple(sorted(entered.get(path, {}).items())),
             cuda=bool(cuda.get(path)),
-            depends_on=tuple(sorted(depends.get(path, set()) - {path})),
             imports_training=path not in summaries and _imports_training(layout, path, training),
             argument_kinds=tuple(
                 (qualname, param, kind) for (qualname, param), found in sorted(kinds.get(path, {}).items())

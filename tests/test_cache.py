@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from loopaudit.cache import FOLDER_NAME, ResultCache
+from loopaudit import engine
 from loopaudit.engine import analyze_many
+from loopaudit.project import ProjectLayout
 
 from .conftest import loopaudit_command, run_cli
 from .test_project import OPTIONS, PROJECTS, write_project
@@ -53,6 +55,46 @@ def test_after_an_edit_the_untouched_files_are_read_back_and_the_result_is_fresh
     assert cache.hits >= 1 or len(list(project.rglob("*.py"))) == 1
 
 
+@pytest.mark.parametrize("name", sorted(PROJECTS))
+def test_a_comment_added_to_a_module_leaves_the_project_facts_to_be_read_back(tmp_path, name, monkeypatch):
+    """The summaries do not change, so neither do the facts derived from them: no round derives them again."""
+    project = tmp_path / "project"
+    write_project(project, PROJECTS[name])
+    scan(project, new_cache(tmp_path / "cache"))
+    edited = sorted(project.rglob("*.py"))[-1]
+    edited.write_text(edited.read_text() + "\n# a comment\n")
+    fresh = scan(project)
+    derived = []
+    monkeypatch.setattr(engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args))
+    cache = new_cache(tmp_path / "cache")
+    assert scan(project, cache) == fresh
+    assert derived == [] and cache.hits >= 1
+
+
+def test_facts_read_back_are_checked_against_the_text_of_files_without_a_summary(tmp_path, monkeypatch):
+    """A file the prefilter skipped has no summary; what the facts take from it (its imports, its
+    classes' methods) is read from its text. Changing that text must not read back the old facts."""
+    write_project(tmp_path / "p", {
+        "train.py": "from engine import step\nfor x in loader:\n    step(x)\n",
+        "engine.py": "import torch\ndef step(x):\n    x.item()\n",
+        "skipped.py": "from engine import step\n",
+    })
+    paths = sorted(str(p) for p in (tmp_path / "p").glob("*.py"))
+    outcomes = {path: ([], [], None, None) for path in paths}  # no summaries: every file's facts come from its text
+    derived = []
+    monkeypatch.setattr(engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args))
+
+    def facts():
+        layout = ProjectLayout(paths)  # a new scan's
+        return engine._derived_facts(layout, outcomes, new_cache(tmp_path / "cache"))
+
+    first = facts()
+    assert facts() == first and len(derived) == 1  # read back
+    skipped = tmp_path / "p" / "skipped.py"
+    skipped.write_text("from elsewhere import step\nclass A:\n    def forward(self):\n        pass\n")
+    assert facts() == engine.derive_facts(ProjectLayout(paths), {}) and len(derived) == 3  # derived again
+
+
 def test_an_edit_in_the_caller_changes_the_findings_of_an_unchanged_callee(tmp_path):
     """metrics.py never changes, but whether its `.item()` runs per step is said by train.py."""
     write_project(tmp_path / "p", {
@@ -93,7 +135,9 @@ def test_corrupt_and_truncated_entries_are_misses_never_crashes(tmp_path):
         entry.write_bytes(b"" if number % 2 else b"\x80\x05not a pickle")
     cache = new_cache(tmp_path / "cache")
     assert scan(project, cache) == fresh
-    assert cache.hits == 0
+    # Every entry was asked for and missed (hits are of what this scan wrote again: the facts of a
+    # round whose summaries are those of the round before).
+    assert cache.misses >= len(entries)
     assert scan(project, new_cache(tmp_path / "cache")) == fresh  # and the entries were written again
 
 

@@ -873,3 +873,35 @@ def test_a_project_folder_named_like_one_of_its_modules_does_not_hide_it(tmp_pat
             """,
     })
     assert found(scan(root)) == expected(root)
+
+
+def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, monkeypatch):
+    """The later rounds analyse a file with new facts but the same text: its tree is reused."""
+    from loopaudit import engine
+
+    write_project(tmp_path, PROJECTS["the step in engine.py, the loop in train.py (device from the caller)"])
+    analysed: dict[str, int] = {}
+    parsed: dict[str, int] = {}
+    real_source, real_parse = engine.analyze_source, engine.cst.parse_module
+
+    def analyze_source(text, name, *args, **kwargs):
+        analysed[name] = analysed.get(name, 0) + 1
+        return real_source(text, name, *args, **kwargs)
+
+    def parse_module(text):
+        parsed[text] = parsed.get(text, 0) + 1
+        return real_parse(text)
+
+    monkeypatch.setattr(engine, "analyze_source", analyze_source)
+    monkeypatch.setattr(engine.cst, "parse_module", parse_module)
+    monkeypatch.setattr(engine, "_RECENT_MODULES", engine._RecentModules(limit=1_000_000))
+    assert found(scan(tmp_path)) == expected(tmp_path)
+    assert max(analysed.values()) > 1  # some file was analysed in a later round
+    assert set(parsed.values()) == {1}  # and no text was parsed twice
+
+    parsed.clear()  # with no room for a tree, every analysis parses: the bound is kept
+    analysed.clear()
+    monkeypatch.setattr(engine, "_RECENT_MODULES", engine._RecentModules(limit=10))
+    assert found(scan(tmp_path)) == expected(tmp_path)
+    # (the bytes parsed are origins.py's, reading line numbers)
+    assert sum(count for text, count in parsed.items() if isinstance(text, str)) == sum(analysed.values())
