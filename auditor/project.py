@@ -387,6 +387,8 @@ class ProjectLayout:
         # field name -> "@file:Class" of the one class the project stores under that name (derive_facts)
         self.fields: dict[str, str] = {}
         self._loose_folders: set[str] = set()
+        self._libraries: dict[str, bool] = {}
+        self._packages_on_disk: dict[str, bool] = {}
         if not self.paths:
             self.root = ""
             return
@@ -420,9 +422,37 @@ class ProjectLayout:
     def is_library(self, path: str) -> bool:
         """Is the file part of a library's own sources (`torch/_inductor/ir.py` in a scan of
         site-packages/torch)? It is analysed as a file of its own: a library's internals are not
-        the steps of a project, and following them would only cost time."""
-        names = self.module_names(path)
-        return bool(names) and names[0].split(".", 1)[0] in LIBRARIES  # the longest name comes first
+        the steps of a project, and following them would only cost time. The name that says so is
+        the scan's longest one, or the one Python imports the file by from its outermost package:
+        a clone of the library's repository (`diffusers/src/diffusers/models/unet.py`, where `src/`
+        is no package) is its sources too."""
+        known = self._libraries.get(path)
+        if known is None:
+            names = self.module_names(path)
+            known = bool(names) and (
+                names[0].split(".", 1)[0] in LIBRARIES or self._package_name(path).split(".", 1)[0] in LIBRARIES
+            )
+            self._libraries[path] = known
+        return known
+
+    def _package_name(self, path: str) -> str:
+        """`a.b.c` for `.../a/b/c.py` where a/ and b/ hold an `__init__.py` and a/'s folder does not."""
+        stem = os.path.basename(path)[:-3]
+        parts = [] if stem == "__init__" else [stem]
+        folder = os.path.dirname(path)
+        while self._is_package(folder):
+            parts.append(os.path.basename(folder))
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+        return ".".join(reversed(parts))
+
+    def _is_package(self, folder: str) -> bool:
+        known = self._packages_on_disk.get(folder)
+        if known is None:
+            known = self._packages_on_disk[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
+        return known
 
     def module_names(self, path: str) -> list[str]:
         """`root/a/b/c.py` may be imported as `c`, `b.c` or `a.b.c` (whichever folder is on sys.path)."""

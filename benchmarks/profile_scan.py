@@ -40,6 +40,7 @@ def main() -> int:
         return 2
     engine.cst.parse_module = timed("parse (libcst)", cst.parse_module)
     engine._apply_rules = timed("analysis (index, step model, tensors, rules, summary)", engine._apply_rules)
+    engine._to_findings = timed("  of which findings (positions, fixes)", engine._to_findings)
     engine.passes_prefilter = timed("prefilter", engine.passes_prefilter)
     engine.derive_facts = timed("project facts (derive_facts, all rounds)", engine.derive_facts)
     engine._with_lines = timed("line numbers of contexts", engine._with_lines)

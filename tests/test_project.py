@@ -905,3 +905,62 @@ def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, mo
     assert found(scan(tmp_path)) == expected(tmp_path)
     # (the bytes parsed are origins.py's, reading line numbers)
     assert sum(count for text, count in parsed.items() if isinstance(text, str)) == sum(analysed.values())
+
+
+def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
+    """`is_library`: installed (site-packages/torch), a flat clone (timm/timm/), a src-layout clone
+    (diffusers/src/diffusers/) and a clone in a folder named like a package all count; a user's own
+    package, in src/ or not, and a src/ that is itself a package do not."""
+    from loopaudit.project import ProjectLayout
+
+    files = [
+        "site-packages/torch/__init__.py", "site-packages/torch/nn/__init__.py", "site-packages/torch/nn/linear.py",
+        "timm/timm/__init__.py", "timm/timm/models/__init__.py", "timm/timm/models/resnet.py", "timm/train.py",
+        "diffusers/src/diffusers/__init__.py", "diffusers/src/diffusers/models/__init__.py",
+        "diffusers/src/diffusers/models/unet.py", "diffusers/examples/train_unet.py",
+        "mine/src/myproj/__init__.py", "mine/src/myproj/model.py", "mine/train.py",
+        "odd/src/__init__.py", "odd/src/diffusers/__init__.py", "odd/src/diffusers/unet.py",
+    ]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    layout = ProjectLayout(str(tmp_path / name) for name in files)
+    libraries = {name for name in files if layout.is_library(str(tmp_path / name))}
+    assert libraries == {
+        "site-packages/torch/__init__.py", "site-packages/torch/nn/__init__.py", "site-packages/torch/nn/linear.py",
+        "timm/timm/__init__.py", "timm/timm/models/__init__.py", "timm/timm/models/resnet.py",
+        "diffusers/src/diffusers/__init__.py", "diffusers/src/diffusers/models/__init__.py",
+        "diffusers/src/diffusers/models/unet.py",
+    }
+
+
+def test_a_library_cloned_in_the_src_layout_is_not_the_project_of_its_examples(tmp_path):
+    """Scanning a clone of diffusers: its examples train on CUDA, but the library's models are
+    analysed as files of their own, as they would be installed: nobody's unseen caller enters them."""
+    model = """
+        import torch
+        import torch.nn as nn
+
+        class UNet(nn.Module):
+            def forward(self, x):
+                if x.sum().item() > 0:{mark}
+                    x = x * 2
+                return x
+        """
+    train = """
+        import torch
+        model = build().cuda()
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True)).sum()
+            loss.backward()
+            optimizer.step()
+        """
+    for package, mark in (("diffusers", ""), ("myproj", "  # expect: LA101")):
+        root = tmp_path / package
+        write_project(root, {
+            f"src/{package}/__init__.py": "",
+            f"src/{package}/models/__init__.py": "",
+            f"src/{package}/models/unet.py": model.replace("{mark}", mark),
+            "examples/train.py": train,
+        })
+        assert found(scan(root, named=False)) == expected(root), package
