@@ -11,18 +11,20 @@ from __future__ import annotations
 import re
 
 # What a step loop or step hook needs to exist (see stepmodel.py), each on a line of code (not a
-# comment or a `>>>` docstring example): a training call; a `for` over a loader; a DataLoader; a
-# framework hook; a counted loop over `range` whose variable or bound counts steps; a `while` whose
-# test counts steps; or a `while True:` in a file that fetches batches.
-_CODE_LINE = r"^[ \t]*[^\s#>][^\n]*"
+# comment or a `>>>` docstring example): a training call (`.backward(`, or `.step(` on anything but
+# a scheduler: `scheduler.step(...)` trains nothing, and every diffusers pipeline calls one); a `for`
+# over a loader; a DataLoader; a framework hook; a counted loop over `range` (also inside
+# `enumerate(...)` or `tqdm(...)`: a loop over `enumerate(timesteps)` counts nothing) whose variable
+# or bound counts steps; a `while` whose test counts steps; or a `while True:` in a file that fetches
+# batches.
 _STEP_HINT = re.compile(
-    _CODE_LINE + r"\.(?:backward|step)\(|"
+    r"^[ \t]*(?![#>\s])[^\n]*?(?:\.backward|(?<!\w)(?!\w*(?i:sched))\w+\.step|\)\.step)\(|"
     r"\bDataLoader\b|"
     r"\b(?:training_step|validation_step|test_step|predict_step|compute_loss|prediction_step|"
     r"on_train_batch_end|on_train_batch_start|on_step_end)\b|"
     r"^[ \t]*(?:async[ \t]+)?for\b[^\n]*\bin\b[^\n]*(?:[lL]oader|_dl\b|\bdl\b|data_?iter|prefetcher|"
     r"\b(?:train|val|valid|validation|test|eval|dev)_?iter(?:ator)?\b)|"
-    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:range|trange|tqdm|enumerate)\([^\n]*(?:steps?\b|iters?\b|iterations\b|batches\b|iter_num)|"
+    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\([^\n]*)?t?range\([^\n]*(?:steps?\b|iters?\b|iterations\b|batches\b|iter_num)|"
     r"^[ \t]*for[ \t]+(?:step|it|iter|iteration|global_step|batch_?idx|\w+_step)[ \t]+in[ \t]+(?:range|trange)\(|"
     r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)",
     re.M,

@@ -53,3 +53,23 @@ def test_in_a_project_the_torch_import_and_the_device_may_be_in_another_module()
     # A project's model module is parsed: other modules' steps call its classes, and build them.
     model = "import torch.nn as nn\nclass Head(nn.Module):\n    def forward(self, x):\n        return x[x > 0]\n"
     assert may_contain_findings(model, only_cuda_rules=True, in_project=True)
+
+
+@pytest.mark.parametrize("step_line,passes", [
+    ("latents = self.scheduler.step(noise_pred, t, latents).prev_sample", False),  # a diffusion sampler
+    ("lr_scheduler.step()", False),
+    ("for i, t in enumerate(timesteps):", False),  # no range: the step model never counts it
+    ("for t in tqdm(self.progress_bar(timesteps)):", False),
+    ("optimizer.step()", True),
+    ("scaler.step(optimizer); scheduler.step()", True),
+    ("self.optimizers().step()", True),
+    ("loss.backward()", True),
+    ("for i in tqdm(range(num_steps)):", True),
+    ("for i, _ in enumerate(range(max_iters)):", True),
+    ("for it in trange(total_steps):", True),
+])
+def test_a_step_line_passes_only_when_the_step_model_could_act_on_it(step_line, passes):
+    """A denoising loop (`scheduler.step` over `enumerate(timesteps)`) is neither a training call nor a
+    counted step loop: a file that has nothing else is not parsed (293 diffusers pipelines were)."""
+    text = f"import torch\ndevice = 'cuda'\ndef sample(x):\n    {step_line}\n        pass\n"
+    assert may_contain_findings(text, only_cuda_rules=True) is passes
