@@ -17,11 +17,13 @@ import re
 # `enumerate(...)` or `tqdm(...)`: a loop over `enumerate(timesteps)` counts nothing) whose variable
 # or bound counts steps; a `while` whose test counts steps; or a `while True:` in a file that fetches
 # batches.
-_STEP_HINT = re.compile(
-    r"^[ \t]*(?![#>\s])[^\n]*?(?:\.backward|(?<!\w)(?!\w*(?i:sched))\w+\.step|\)\.step)\(|"
-    r"\bDataLoader\b|"
-    r"\b(?:training_step|validation_step|test_step|predict_step|compute_loss|prediction_step|"
-    r"on_train_batch_end|on_train_batch_start|on_step_end)\b|"
+_DATA_LOADER = re.compile(r"\bDataLoader\b")
+_HOOKS = (
+    "training_step", "validation_step", "test_step", "predict_step", "compute_loss", "prediction_step",
+    "on_train_batch_end", "on_train_batch_start", "on_step_end",
+)
+_HOOK = re.compile(r"\b(?:" + "|".join(_HOOKS) + r")\b")
+_STEP_LOOP = re.compile(
     r"^[ \t]*(?:async[ \t]+)?for\b[^\n]*\bin\b[^\n]*(?:[lL]oader|_dl\b|\bdl\b|data_?iter|prefetcher|"
     r"\b(?:train|val|valid|validation|test|eval|dev)_?iter(?:ator)?\b)|"
     r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\([^\n]*)?t?range\([^\n]*(?:steps?\b|iters?\b|iterations\b|batches\b|iter_num)|"
@@ -29,6 +31,46 @@ _STEP_HINT = re.compile(
     r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)",
     re.M,
 )
+
+
+def _trains(text: str) -> bool:
+    """`.backward(` or `.step(` on a line of code, the step's receiver not named like a scheduler.
+    Found with str.find: a regular expression tried at every word of a large file costs more."""
+    for needle in (".backward(", ".step("):
+        at = text.find(needle)
+        while at >= 0:
+            if _in_code(text, at) and (needle == ".backward(" or not _names_a_scheduler(text, at)):
+                return True
+            at = text.find(needle, at + 1)
+    return False
+
+
+def _names_a_scheduler(text: str, dot: int) -> bool:
+    """Is the name just before `text[dot]` (`lr_scheduler` in `lr_scheduler.step(`) a scheduler's?"""
+    start = dot
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return "sched" in text[start:dot].lower()
+
+
+def _in_code(text: str, offset: int) -> bool:
+    """Is the line of `offset` code, rather than a comment or a `>>>` example in a docstring?"""
+    before = text[text.rfind("\n", 0, offset) + 1:offset].lstrip(" \t")
+    return not before or not (before[0] in "#>" or before[0].isspace())
+
+
+def _has_step_hint(text: str) -> bool:
+    """Each pattern runs only where a plain substring test (C speed) says it can match: a scan of
+    a large repository runs this on every file."""
+    if _trains(text):
+        return True
+    if "DataLoader" in text and _DATA_LOADER.search(text):
+        return True
+    if any(hook in text for hook in _HOOKS) and _HOOK.search(text):
+        return True
+    return _STEP_LOOP.search(text) is not None
+
+
 _MODULE_CLASS = re.compile(r"^class[ \t]+\w+[ \t]*\([^)\n]*\bModule\b", re.M)
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
 # `pbar = tqdm(loaders[0])`: a name bound to something wrapping a variable named like a data loader
@@ -66,7 +108,7 @@ def may_contain_findings(
         return True  # the project's models: what other modules' steps call, and the classes they build
     if any(hook in text for hook in extra_hooks):
         return True
-    if _STEP_HINT.search(text) is not None:
+    if _has_step_hint(text):
         return True
     # A `while True:` that fetches batches, or a loop over a name bound to a loader elsewhere in the
     # file (`pbar = tqdm(loaders[0])` ... `for x, y in pbar:`).
