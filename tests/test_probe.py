@@ -98,3 +98,15 @@ def test_the_runner_hears_of_the_steps_as_they_pass(tmp_path):
     assert outcome.report is not None and outcome.report.window_complete
     assert seen and seen == sorted(seen) and len(set(seen)) == len(seen)  # told as steps pass, each count once
     assert seen[-1] <= 2 + 5
+
+
+def test_steps_written_just_before_the_child_ends_are_still_heard(tmp_path):
+    """A short run can end between two looks at the progress file (CI saw `seen == []`): the runner
+    reads it once more after the child has ended."""
+    from loopaudit.profiling.runner import _wait
+
+    progress = tmp_path / "progress"
+    child = subprocess.Popen([sys.executable, "-c", f"open({str(progress)!r}, 'w').write('7')"])
+    seen: list[int] = []
+    assert _wait(child, None, str(progress), seen.append) == 0
+    assert seen == [7]

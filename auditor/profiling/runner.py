@@ -101,12 +101,15 @@ def _wait(child: subprocess.Popen, timeout: float | None, progress_path: str, on
         if left is not None and left <= 0:
             raise subprocess.TimeoutExpired(child.args, timeout)
         try:
-            return child.wait(timeout=0.25 if left is None else min(0.25, left))
+            status = child.wait(timeout=0.25 if left is None else min(0.25, left))
         except subprocess.TimeoutExpired:
-            seen = _steps_seen(progress_path)
-            if seen > told:
-                told = seen
-                on_progress(seen)
+            status = None
+        seen = _steps_seen(progress_path)
+        if seen > told:  # also once the child has ended: a short run may end between two looks
+            told = seen
+            on_progress(seen)
+        if status is not None:
+            return status
 
 
 def _steps_seen(progress_path: str) -> int:
