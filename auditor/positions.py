@@ -110,13 +110,16 @@ class Positions:
 
     def _print_in_place(self, statement: cst.CSTNode, indent: tuple[str, ...]) -> Placed | None:
         recorder = _Recorder()
-        state = PositionProvidingCodegenState(
-            default_indent=self.module.default_indent,
-            default_newline=self.module.default_newline,
-            provider=recorder,
-            indent_tokens=list(indent),
-        )
-        code = _print(statement, state)
+        try:
+            state = PositionProvidingCodegenState(
+                default_indent=self.module.default_indent,
+                default_newline=self.module.default_newline,
+                provider=recorder,
+                indent_tokens=list(indent),
+            )
+            code = _print(statement, state)
+        except Exception:  # libcst's code generation changed: the whole module is printed instead
+            return None
         offset = self.text.find(code)
         if not code or offset < 0 or self.text.find(code, offset + 1) >= 0:
             return None
