@@ -11,7 +11,6 @@ import contextlib
 import io
 import os
 import pickle
-import re
 import stat
 import sys
 import tokenize
@@ -260,15 +259,6 @@ def _call_describer(module: cst.Module, display_name: str, line_of):
     return describe
 
 
-def _line_starts(text: str) -> list[int]:
-    """Offset of each line's first character, with libcst's idea of a line break (not str.splitlines',
-    which also breaks at form feeds and other separators)."""
-    return [0, *(match.end() for match in _NEWLINE.finditer(text))]
-
-
-_NEWLINE = re.compile(r"\r\n|\r|\n")
-
-
 def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int], positions: Positions) -> FixInfo:
     """The fix as text edits: the span where the text with the rewrite differs from the text."""
     edits = []
@@ -310,7 +300,7 @@ def _location(offset: int, starts: list[int]) -> Location:
 
 
 def _to_findings(module: cst.Module, text: str, display_name: str, raw, positions: Positions) -> list[Finding]:
-    starts = _line_starts(text)
+    starts = positions.line_starts
     lines = text.splitlines()
     suppressed = suppressions(text)
     findings: dict[tuple[str, int], Finding] = {}

@@ -27,9 +27,15 @@ from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from .walk import child_fields
+from .walk import parent_map
 
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # libcst's idea of a line break
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def line_starts(text: str) -> list[int]:
+    """Offset of each line's first character, with libcst's idea of a line break (not str.splitlines',
+    which also breaks at form feeds and other separators)."""
+    return [0, *(match.end() for match in _NEWLINE.finditer(text))]
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,13 @@ class Positions:
 
     def __init__(self, module: cst.Module, text: str) -> None:
         self.module = module
+        self.source = text
         # The last statement prints its newline even when the file has none (Module drops it at the
         # end), so it is looked for in the text with that newline.
-        self.text = text if module.has_trailing_newline or not module.body else text + module.default_newline
+        self._searched = text if module.has_trailing_newline or not module.body else text + module.default_newline
         self._known: dict[cst.CSTNode, CodeRange] = {}
         self._parents: dict[cst.CSTNode, cst.CSTNode] | None = None
-        self._line_starts: list[int] | None = None
+        self._starts: list[int] | None = None
         self._attempts: dict[cst.CSTNode, Placed | None] = {}  # statements printed, placed or not
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
@@ -120,10 +127,10 @@ class Positions:
             code = _print(statement, state)
         except Exception:  # libcst's code generation changed: the whole module is printed instead
             return None
-        offset = self.text.find(code)
-        if not code or offset < 0 or self.text.find(code, offset + 1) >= 0:
+        offset = self._searched.find(code)
+        if not code or offset < 0 or self._searched.find(code, offset + 1) >= 0:
             return None
-        if offset and self.text[offset - 1] not in "\r\n":
+        if offset and self._searched[offset - 1] not in "\r\n":
             return None  # a statement's text starts a line
         shift = self._line_of_offset(offset) - 1
         for each, where in recorder._computed.items():
@@ -145,10 +152,15 @@ class Positions:
         except Exception:  # libcst's code generation changed: its public provider still works
             self._known.update(MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider))
 
+    @property
+    def line_starts(self) -> list[int]:
+        """Offset of each line's first character in the file's text (also what fix edits locate)."""
+        if self._starts is None:
+            self._starts = line_starts(self.source)
+        return self._starts
+
     def _line_of_offset(self, offset: int) -> int:
-        if self._line_starts is None:
-            self._line_starts = [0, *(match.end() for match in _NEWLINE.finditer(self.text))]
-        return bisect.bisect_right(self._line_starts, offset)
+        return bisect.bisect_right(self.line_starts, offset)
 
     def _parent_map(self) -> dict[cst.CSTNode, cst.CSTNode]:
         if self._parents is None:
@@ -166,17 +178,7 @@ def _parents_of(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
     if recent is not None and recent[0] is module:
         _RECENT_PARENTS.move_to_end(id(module))
         return recent[1]
-    parents: dict[cst.CSTNode, cst.CSTNode] = {}
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        for name in child_fields(type(node)):
-            value = getattr(node, name)
-            children = value if isinstance(value, (tuple, list)) else (value,)
-            for child in children:
-                if isinstance(child, cst.CSTNode):
-                    parents[child] = node
-                    stack.append(child)
+    parents = parent_map(module)
     _RECENT_PARENTS[id(module)] = (module, parents)
     while len(_RECENT_PARENTS) > 4:
         _RECENT_PARENTS.popitem(last=False)

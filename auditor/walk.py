@@ -53,6 +53,21 @@ def iter_subtree(root: cst.CSTNode, skip_inside: tuple[type, ...] = ()) -> Itera
         stack.extend(reversed(children))
 
 
+def parent_map(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
+    """The parent of every node under `root` (the same nodes iter_subtree yields)."""
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    stack: list[cst.CSTNode] = [root]
+    while stack:
+        node = stack.pop()
+        for name in child_fields(type(node)):
+            value = getattr(node, name)
+            for child in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(child, cst.CSTNode):
+                    parents[child] = node
+                    stack.append(child)
+    return parents
+
+
 _ENTER, _LEAVE = object(), object()
 
 
