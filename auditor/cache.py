@@ -104,13 +104,15 @@ class ResultCache:
             self._contents[path] = _content_digest(path)
         return self._contents[path]
 
-    def scan_key(self, items) -> str | None:
-        """The entry of a whole scan's result: every file's key, in the scan's order. The project's
-        facts are derived from the files alone, so equal files give an equal result."""
+    def scan_key(self, items, layout_marks: list[str]) -> str | None:
+        """The entry of a whole scan's result: every file's key, in the scan's order, and what else
+        on disk splits the files into projects (`layout_marks`: project.marked_folders). The project's
+        facts are derived from these alone, so equal inputs give an equal result."""
         keys = [self.key(path, display_name, explicit, options, None) for path, display_name, explicit, options in items]
         if None in keys:
             return None
-        return "scan-" + hashlib.blake2b("\n".join(keys).encode(), digest_size=20).hexdigest()
+        text = "\n".join([*keys, *layout_marks])
+        return "scan-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
 
     def facts_key(self, layout_signature: str, digests: dict[str, str | None]) -> str:
         """The entry of the project facts derived from these summaries (None: a file not analysed)."""

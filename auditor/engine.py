@@ -28,7 +28,7 @@ from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .module_index import build_index
 from .origins import LineMarks, LineResolver
 from .positions import Positions, print_rewritten
-from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, derive_facts, summarize
+from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, derive_facts, marked_folders, summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Report, Rule
 from .stepmodel import StepModel, StepReason
@@ -416,7 +416,7 @@ def analyze_many(
     work = list(items)
     if cache is None:
         return _analyze_many(work, jobs, progress, None)
-    whole = cache.scan_key(work)
+    whole = cache.scan_key(work, marked_folders(os.path.abspath(item[0]) for item in work))
     stored = cache.get(whole)
     if stored is not None:
         if progress is not None:

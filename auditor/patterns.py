@@ -21,9 +21,9 @@ _OPTIMIZER_NAME = re.compile(r"(?i)(optim|^opt(_|$)|_opt$|^opt\d|scaler)")
 _SCHEDULER_NAME = re.compile(r"(?i)sched")
 
 # Names of iterables that yield batches: train_loader, dataloaders[phase], self.val_dl, batches.
-# torchtext's iterators go by train_iter / val_iter.
+# torchtext's iterators go by train_iter / val_iter. `batch_iteration` counts, it yields nothing.
 LOADER_NAME = re.compile(
-    r"(?i)(loader|^dl$|_dl$|^dl_|data_?iter|batch_?iter|prefetcher|^batch_generator$"
+    r"(?i)(loader|^dl$|_dl$|^dl_|data_?iter(?!ation)|batch_?iter(?!ation)|prefetcher|^batch_generator$"
     r"|^(train|val|valid|validation|test|eval|dev)_?iter(ator)?$)"
 )
 # Loop variables that count steps: `for step in ...`, `for it in ...`, `for batch_idx in ...`.

@@ -164,6 +164,10 @@ class ModuleSummary:
     field_classes: dict[str, str] = field(default_factory=dict)
     # its own classes it builds (a block of a bigger model defined beside it)
     classes_made: frozenset[str] = frozenset()
+    # a step loop that trains, fetches batches (`get_batch`), or runs models on what a loader yields;
+    # or a step hook: a job that feeds models data, not only a loop of a library's own algorithms
+    # (a batched RANSAC, `for data in data_iter: check(data)`)
+    feeds_models: bool = False
 
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
@@ -219,8 +223,12 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes), _result_uses(steps, site),
             tuple(values),
         ))
-    has_step_code = any(steps.is_step_loop(loop) for loop in index.loops) or any(
-        steps.hook_name(function) is not None for function in index.functions
+    step_loops = [loop for loop in index.loops if steps.is_step_loop(loop)]
+    has_hook = any(steps.hook_name(function) is not None for function in index.functions)
+    feeds_models = has_hook or any(
+        steps.loop_trains(loop) or steps.fetches_batch(loop)
+        or (steps.iterates_loader(loop) and steps.does_step_work(loop.all_calls))
+        for loop in step_loops
     )
     returned_classes = {}
     for function in index.functions:
@@ -233,8 +241,8 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         if isinstance(site.call.func, cst.Name) and site.call.func.value in index.classes
     )
     return ModuleSummary(
-        functions, bases, tuple(edges), cuda, returns, factories, has_step_code, returned_classes, _field_classes(index, steps),
-        classes_made,
+        functions, bases, tuple(edges), cuda, returns, factories, bool(step_loops) or has_hook, returned_classes,
+        _field_classes(index, steps), classes_made, feeds_models,
     )
 
 
@@ -364,6 +372,32 @@ LIBRARIES = frozenset({
 })
 
 
+# What marks the top of a repository. A scan of a folder holding several (a corpus of sdists, a
+# workspace of clones) holds several projects, and one's training does not run another's models.
+REPOSITORY_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def marked_folders(paths: Iterable[str]) -> list[str]:
+    """The folders holding a repository marker, from the files' common folder down to each file's:
+    what the scan's split into repositories is made from (sorted; the paths are absolute)."""
+    folders = {os.path.dirname(path) for path in paths}
+    if not folders:
+        return []
+    top = os.path.commonpath(folders)
+    ancestors = set()
+    for folder in folders:
+        while folder not in ancestors and len(folder) >= len(top):
+            ancestors.add(folder)
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+    return sorted(
+        folder for folder in ancestors
+        if any(os.path.exists(os.path.join(folder, marker)) for marker in REPOSITORY_MARKERS)
+    )
+
+
 class _TextFacts(NamedTuple):
     """What the text of a file says, for files the prefilter kept from being parsed."""
 
@@ -389,10 +423,12 @@ class ProjectLayout:
         self._loose_folders: set[str] = set()
         self._libraries: dict[str, bool] = {}
         self._packages_on_disk: dict[str, bool] = {}
+        self._repositories: tuple[str, ...] = ()
         if not self.paths:
             self.root = ""
             return
         self.root = os.path.commonpath([os.path.dirname(p) for p in self.paths])
+        self._repositories = self._outermost_repositories(self.root)
         # The scanned folder may be a package itself (`scan pytorchyolo/`, whose modules import
         # `pytorchyolo.utils.loss`): names start up to a few package levels above it.
         scanned = self.root
@@ -418,6 +454,27 @@ class ProjectLayout:
                 self._children.setdefault(package, []).append(name)
             parts = name.split(".")
             self._packages.update(".".join(parts[:i]) for i in range(1, len(parts)))
+
+    def _outermost_repositories(self, top: str) -> tuple[str, ...]:
+        """The repositories the scan holds below its common folder, each with its folder's separator:
+        the outermost marked folders (a repository's CUDA extension with a setup.py of its own, or a
+        vendored clone, stays part of it). None when the common folder is marked itself: a scan of
+        one repository is one project."""
+        outermost: list[str] = []
+        for folder in marked_folders(self.paths):
+            if folder == top:
+                return ()
+            if not any(folder.startswith(known) for known in outermost):
+                outermost.append(folder + os.sep)
+        return tuple(outermost)
+
+    def repository_of(self, path: str) -> str:
+        """The folder of the repository the file lies in: one of the outermost marked folders below
+        the scan's common folder, or "" for the rest of the scan."""
+        for folder in self._repositories:
+            if path.startswith(folder):
+                return folder
+        return ""
 
     def is_library(self, path: str) -> bool:
         """Is the file part of a library's own sources (`torch/_inductor/ir.py` in a scan of
@@ -468,7 +525,7 @@ class ProjectLayout:
     @functools.cached_property
     def signature(self) -> str:
         """What the layout is made of: equal signatures resolve every name the same way."""
-        return repr((self.root, sorted(self._loose_folders), self.paths))
+        return repr((self.root, sorted(self._loose_folders), self._repositories, self.paths))
 
     def text_facts(self, path: str) -> _TextFacts:
         return self._read(path)
@@ -733,14 +790,18 @@ def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, cuda: dict[
     """In a project that trains on CUDA, the `forward` of an `nn.Module` that no module of the scan is
     seen to call is still run once per step, by whatever builds the model: a registry
     (`models.__dict__[args.arch]`, `build_model(cfg)`), `importlib.import_module(args.model)` or a
-    file outside the scan. Only the outermost such models are entered; what they call follows."""
-    if not any(cuda.get(path) and summary.has_step_code for path, summary in summaries.items()):
+    file outside the scan. Only the outermost such models are entered; what they call follows.
+    "Trains" asks for a step loop that feeds models (trains, or draws batches) or a step hook: a
+    library's counted loops (kornia's batched RANSAC) run its own algorithms, not the models'. And
+    the training must be in the model's own repository, where the scan holds several."""
+    training = {layout.repository_of(path) for path, summary in summaries.items() if cuda.get(path) and summary.feeds_models}
+    if not training:
         return set()
     found = set()
     # A class another module refers to (builds it, calls its methods) is reached through that module.
     referred = {(file, qualname.split(".", 1)[0]) for edges in resolved.values() for _, file, qualname in edges}
     for path, summary in summaries.items():
-        if layout.is_library(path):
+        if layout.is_library(path) or layout.repository_of(path) not in training:
             continue
         for qualname in summary.functions:
             cls, _, method = qualname.rpartition(".")

@@ -15,7 +15,7 @@ from loopaudit.engine import analyze_many
 from loopaudit.project import ProjectLayout
 
 from .conftest import loopaudit_command, run_cli
-from .test_project import OPTIONS, PROJECTS, write_project
+from .test_project import CUDA_TRAINING, OPTIONS, PROJECTS, write_project
 
 
 def scan(root: Path, cache: ResultCache | None = None, jobs: int = 1) -> list[dict]:
@@ -122,6 +122,24 @@ def test_an_edit_in_the_caller_changes_the_findings_of_an_unchanged_callee(tmp_p
     assert json.loads(after.out) == []
     again = run_cli("scan", str(tmp_path / "p"), "--output-format", "json", "--no-cache")
     assert json.loads(again.out) == []
+
+
+def test_a_repository_marker_added_beside_the_files_changes_the_result(tmp_path):
+    """No Python file changes, but a new pyproject.toml splits the scan in two repositories (project.py):
+    the whole scan's entry must not be read back."""
+    write_project(tmp_path / "p", {
+        "trainer/train.py": CUDA_TRAINING,
+        "vision/matcher.py": """
+            import torch
+
+            class Matcher(torch.nn.Module):
+                def forward(self, x):
+                    return x.sum().item()
+            """,
+    })
+    assert [f["code"] for f in scan(tmp_path / "p", new_cache(tmp_path / "cache"))] == ["LA101"]
+    (tmp_path / "p" / "vision" / "pyproject.toml").write_text("[project]\nname = 'vision'\n")
+    assert scan(tmp_path / "p", new_cache(tmp_path / "cache")) == scan(tmp_path / "p") == []
 
 
 def test_corrupt_and_truncated_entries_are_misses_never_crashes(tmp_path):

@@ -753,6 +753,55 @@ PROJECTS = {
                     return farthest_point_sample(xyz, self.npoint)
             """,
     },
+    "a library whose only loops run its own algorithms: the models nobody calls are not entered (kornia)": {
+        "geometry/ransac.py": """
+            import torch
+
+            def resolve_batch_size(n, device):
+                return 256 if device.type == "cuda" else 32
+
+            def fit(model, points, n_batches, batch_iteration):
+                points = points.to("cuda")
+                best = None
+                for batch_idx in range(n_batches):
+                    best = model(points[batch_idx])
+                for record in refine(points, batch_iteration):
+                    best = record
+                return best
+            """,
+        "core/utils.py": """
+            import torch
+
+            def check_same_device(*tensors):
+                data_iter = iter(tensors)
+                first = next(data_iter)
+                for data in data_iter:
+                    assert data.device == first.device == torch.device("cuda")
+            """,
+        "feature/matcher.py": """
+            import torch
+
+            class Matcher(torch.nn.Module):
+                def forward(self, x):
+                    return x.sum().item()
+            """,
+    },
+    "a model nobody calls, in a project that runs a loader through models on CUDA: its forward runs per step": {
+        "predict.py": """
+            import torch
+            model = build_model(args.arch).cuda().eval()
+            with torch.no_grad():
+                for images in test_loader:
+                    outputs.append(model(images.cuda(non_blocking=True)))
+            """,
+        "models/net.py": """
+            import torch
+
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    return x.sum().item()  # expect: LA101
+            """,
+    },
     "a model nobody calls, in a project that does not train: nothing runs per step": {
         "export.py": """
             import torch
@@ -934,6 +983,17 @@ def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
     }
 
 
+# A training script on CUDA whose model comes from somewhere the scan cannot follow.
+CUDA_TRAINING = """
+    import torch
+    model = build().cuda()
+    for x in loader:
+        loss = model(x.cuda(non_blocking=True)).sum()
+        loss.backward()
+        optimizer.step()
+    """
+
+
 def test_a_library_cloned_in_the_src_layout_is_not_the_project_of_its_examples(tmp_path):
     """Scanning a clone of diffusers: its examples train on CUDA, but the library's models are
     analysed as files of their own, as they would be installed: nobody's unseen caller enters them."""
@@ -947,20 +1007,50 @@ def test_a_library_cloned_in_the_src_layout_is_not_the_project_of_its_examples(t
                     x = x * 2
                 return x
         """
-    train = """
-        import torch
-        model = build().cuda()
-        for x in loader:
-            loss = model(x.cuda(non_blocking=True)).sum()
-            loss.backward()
-            optimizer.step()
-        """
     for package, mark in (("diffusers", ""), ("myproj", "  # expect: LA101")):
         root = tmp_path / package
         write_project(root, {
             f"src/{package}/__init__.py": "",
             f"src/{package}/models/__init__.py": "",
             f"src/{package}/models/unet.py": model.replace("{mark}", mark),
-            "examples/train.py": train,
+            "examples/train.py": CUDA_TRAINING,
         })
         assert found(scan(root, named=False)) == expected(root), package
+
+
+def test_a_scan_of_several_repositories_runs_each_ones_models_by_its_own_training(tmp_path):
+    """A folder holding two clones (each with its packaging): the training of one does not make the
+    models nobody calls in the other per-step. Without the markers it is one project, and they are."""
+    model = """
+        import torch
+
+        class Matcher(torch.nn.Module):
+            def forward(self, x):
+                return x.sum().item(){mark}
+        """
+    for marked, mark in ((True, ""), (False, "  # expect: LA101")):
+        root = tmp_path / ("marked" if marked else "unmarked")
+        write_project(root, {"trainer/train.py": CUDA_TRAINING, "vision/vision/matcher.py": model.replace("{mark}", mark)})
+        if marked:
+            (root / "trainer" / ".git").mkdir()
+            (root / "vision" / "pyproject.toml").write_text("[project]\nname = 'vision'\n")
+        assert found(scan(root, named=False)) == expected(root), marked
+
+
+def test_repositories_are_the_outermost_marked_folders_below_the_scan(tmp_path):
+    """A CUDA extension with a setup.py of its own inside a repository stays part of it; a scan of
+    one repository is one project."""
+    from loopaudit.project import ProjectLayout
+
+    files = ["a/train.py", "a/models/ops/setup_helpers.py", "a/models/net.py", "b/lib/model.py", "loose.py"]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    for marker in ("a/setup.py", "a/models/ops/setup.py", "b/setup.cfg"):
+        (tmp_path / marker).write_text("")
+    layout = ProjectLayout(str(tmp_path / name) for name in files)
+    repository = {name: layout.repository_of(str(tmp_path / name)) for name in files}
+    assert repository["a/train.py"] == repository["a/models/ops/setup_helpers.py"] == repository["a/models/net.py"]
+    assert len({repository["a/train.py"], repository["b/lib/model.py"], repository["loose.py"]}) == 3
+    alone = ProjectLayout(str(tmp_path / name) for name in files if name.startswith("a/"))
+    assert len({alone.repository_of(str(tmp_path / name)) for name in files if name.startswith("a/")}) == 1
