@@ -752,9 +752,11 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
                 if where is not None:
                     classes.setdefault(file, {}).setdefault((qualname, name), where)
 
+    # Modules whose functions train, or hold a step loop that feeds models (not an algorithm's counted
+    # loop: every module of kornia imports one through its core utilities).
     training = {
         path for path, summary in summaries.items()
-        if any(f.trains or f.has_step_loop for f in summary.functions.values())
+        if any(f.trains or (f.has_step_loop and summary.feeds_models) for f in summary.functions.values())
     }
     facts = {}
     for path in layout.paths:

@@ -1054,3 +1054,45 @@ def test_repositories_are_the_outermost_marked_folders_below_the_scan(tmp_path):
     assert len({repository["a/train.py"], repository["b/lib/model.py"], repository["loose.py"]}) == 3
     alone = ProjectLayout(str(tmp_path / name) for name in files if name.startswith("a/"))
     assert len({alone.repository_of(str(tmp_path / name)) for name in files if name.startswith("a/")}) == 1
+
+
+def test_importing_a_module_with_an_algorithm_loop_does_not_make_a_file_parsed(tmp_path, monkeypatch):
+    """A module that imports one whose functions train, or hold a step loop that feeds models, is
+    parsed even when the prefilter rules it out (its loop may be a step loop through them). A
+    library's counted algorithm loop (kornia's batched RANSAC in its core utilities, which every
+    module imports) is not training: the files importing it stay unparsed."""
+    from loopaudit import engine
+
+    batched = """
+        import torch
+
+        def run_batched(model, points, n_batches):
+            points = points.to("cuda")
+            for batch_idx in range(n_batches):
+                out = model(points[batch_idx])
+            return out
+        """
+    importer = """
+        from core import run_batched
+
+        def total(values):
+            result = 0
+            for value in values:
+                result += value
+            return result
+        """
+    analysed: set[str] = set()
+    real = engine._apply_rules
+
+    def apply_rules(module, text, name, *args, **kwargs):
+        analysed.add(name)
+        return real(module, text, name, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_apply_rules", apply_rules)
+    training = batched.replace("out = model(points[batch_idx])", "model(points[batch_idx]).sum().backward()")
+    for core, parsed_importer in ((batched, False), (training, True)):
+        root = tmp_path / ("trains" if parsed_importer else "algorithm")
+        write_project(root, {"core.py": core, "user.py": importer})
+        analysed.clear()
+        scan(root, named=False)
+        assert ("user.py" in analysed) == parsed_importer, parsed_importer
