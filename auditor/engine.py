@@ -134,9 +134,7 @@ def analyze_source(
 ) -> FileAnalysis:
     """`path`: where the text was read from, for the line numbers of what the summary says (origins.py)."""
     source_rules = [rule for rule in options.rules if rule.node_types]
-    # A module other modules enter once per step, or hand their CUDA device, is analysed whatever it
-    # looks like: its step loop, its torch import or its device may be in the caller.
-    driven = facts is not None and (bool(facts.entered) or facts.cuda or facts.imports_training or facts.reached)
+    driven = facts is not None and facts.demand_analysis()
     if not explicit and not driven and not passes_prefilter(text, options, in_project=facts is not None):
         return FileAnalysis([])
     try:
@@ -470,7 +468,7 @@ def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: R
         ):
             return _sharing_roots(derived, layout.roots)
     summaries = {path: pickle.loads(outcome[2]) for path, outcome in outcomes.items() if outcome[2] is not None}
-    derived = derive_facts(layout, summaries)
+    derived = derive_facts(layout, summaries, [path for path, outcome in outcomes.items() if outcome[3] == UNANALYSABLE])
     if cache is not None:
         cache.put(key, (derived, layout.texts_read()))
     return derived
@@ -507,6 +505,9 @@ def _with_lines(result: ScanResult, cache: ResultCache | None = None) -> ScanRes
 # a scan that reads the project's facts back from the cache never needs it) and the summary's digest
 # (what the project facts are derived from: see _derived_facts).
 Outcome = tuple[list[Finding], list[str], bytes | None, str | None]
+# The digest of a file the project asked for that gave no summary (a syntax error, no rules to run):
+# the project must not wait for it.
+UNANALYSABLE = "unanalysable"
 
 
 def _total(outcomes: list[Outcome], facts: dict[str, ProjectFacts]) -> ScanResult:
@@ -592,10 +593,16 @@ def _analyze_item(item: tuple[str, str, bool, ScanOptions, ProjectFacts | None])
             analysis = analyze_file(path, name, options, explicit=explicit, facts=facts)
             summary = analysis.summary
             if summary is None:
-                return analysis.findings, [], None, None
+                return analysis.findings, [], None, _no_summary(facts)
             return analysis.findings, [], pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL), digest(summary)
         except Exception as error:  # a bug in loopaudit must not hide the other files' findings
-            return [], [_describe_error(name, error)], None, None
+            return [], [_describe_error(name, error)], None, _no_summary(facts)
+
+
+def _no_summary(facts: ProjectFacts | None) -> str | None:
+    """None for a file the prefilter ruled out (a later round may ask for it); UNANALYSABLE where it
+    was asked for."""
+    return UNANALYSABLE if facts is not None and facts.demand_analysis() else None
 
 
 def analyze_stdin(data: bytes, name: str, options: ScanOptions) -> ScanResult:

@@ -71,7 +71,9 @@ def _has_step_hint(text: str) -> bool:
     return _STEP_LOOP.search(text) is not None
 
 
-_MODULE_CLASS = re.compile(r"^class[ \t]+\w+[ \t]*\([^)\n]*\bModule\b", re.M)
+# A top-level class with a `Module` among its bases: a model, which the project asks for when it
+# trains (project.py), not this check.
+MODULE_CLASS = re.compile(r"^class[ \t]+\w+[ \t]*\([^)\n]*\bModule\b", re.M)
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
 # `pbar = tqdm(loaders[0])`: a name bound to something wrapping a variable named like a data loader
 # (`loaders`, `train_loader`, `dataloader`; not an import machinery's `spec.loader`).
@@ -96,7 +98,9 @@ def may_contain_findings(
 
     `in_project`: the file is one module of a project scanned together. Its torch import and its CUDA
     device may then be in another module (SPADE's trainer calls `loss.backward()` without importing
-    torch; its train.py never says "cuda"), so only the signs of step code count."""
+    torch; its train.py never says "cuda"), so only the signs of step code count. A module the
+    project needs whatever it holds (a model its steps call, every model of a project that trains
+    on CUDA) is asked for by the project's facts instead (project.py)."""
     if not in_project:
         if "torch" not in text:
             return False
@@ -104,8 +108,6 @@ def may_contain_findings(
             return True
         if only_cuda_rules and not _CUDA_HINT.search(text):
             return False
-    elif _MODULE_CLASS.search(text):
-        return True  # the project's models: what other modules' steps call, and the classes they build
     if any(hook in text for hook in extra_hooks):
         return True
     if _has_step_hint(text):

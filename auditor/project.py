@@ -30,6 +30,7 @@ from .canonical import content_digest
 from .constants import At, setting_value
 from .module_index import FrameKind
 from .names import dotted_name
+from .prefilter import MODULE_CLASS
 
 if TYPE_CHECKING:
     from .module_index import ModuleIndex
@@ -81,8 +82,14 @@ class ProjectFacts:
     active: bool = False
     # An active module calls into it (not necessarily per step): what it returns or builds, a model
     # made by a factory method (YOLOX's `exp.get_model()`), is needed there, so it is analysed even
-    # when the prefilter sees no step code in it.
+    # when the prefilter sees no step code in it. Or it defines a model in a repository that trains
+    # on CUDA, whose caller may be one the scan cannot follow (derive_facts).
     reached: bool = False
+
+    def demand_analysis(self) -> bool:
+        """Does the project need the module analysed whatever it looks like? Its step loop, its torch
+        import or its device may be in the caller, and the project may wait for its summary."""
+        return bool(self.entered) or self.cuda or self.imports_training or self.reached
 
     def analysis_key(self) -> tuple:
         """What the module's analysis depends on: facts equal in this key give the same findings and
@@ -134,6 +141,7 @@ class CallEdge:
     result_uses: tuple[tuple[int, bool, bool], ...] = ()
     # (position or keyword, value) of each argument that is a setting read statically (constants.py)
     values: tuple[tuple[str, object], ...] = ()
+    caller_class: str = ""  # the top-level class whose method makes the call ("" outside any class)
 
 
 @dataclass(frozen=True)
@@ -221,7 +229,7 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
                 classes.append((key, cls))
         edges.append(CallEdge(
             target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes), _result_uses(steps, site),
-            tuple(values),
+            tuple(values), _outermost_class(site.frame),
         ))
     step_loops = [loop for loop in index.loops if steps.is_step_loop(loop)]
     has_hook = any(steps.hook_name(function) is not None for function in index.functions)
@@ -244,6 +252,15 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         functions, bases, tuple(edges), cuda, returns, factories, bool(step_loops) or has_hook, returned_classes,
         _field_classes(index, steps), classes_made, feeds_models,
     )
+
+
+def _outermost_class(frame) -> str:
+    found = ""
+    while frame is not None:
+        if frame.kind is FrameKind.CLASS and frame.class_info is not None:
+            found = frame.class_info.name
+        frame = frame.parent
+    return found
 
 
 def _field_classes(index: ModuleIndex, steps: StepModel) -> dict[str, str]:
@@ -404,6 +421,7 @@ class _TextFacts(NamedTuple):
     imports: list[str]  # the modules it imports
     methods: tuple[str, ...]  # "Class.method" of its top-level classes
     defined: frozenset[str]  # the names it defines at its top level
+    defines_model: bool  # a top-level class with a `Module` among its bases
 
 
 class ProjectLayout:
@@ -558,6 +576,7 @@ class ProjectLayout:
                 imports=[match.group(1) or match.group(2) for match in _IMPORT.finditer(text)],
                 methods=_text_methods(text),
                 defined=frozenset(match.group(1) or match.group(2) for match in _TOP_LEVEL.finditer(text)),
+                defines_model=MODULE_CLASS.search(text) is not None,
             )
         return cached
 
@@ -652,9 +671,13 @@ class ProjectLayout:
         return None
 
 
-def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> dict[str, ProjectFacts]:
+def derive_facts(
+    layout: ProjectLayout, summaries: dict[str, ModuleSummary], unanalysable: Iterable[str] = ()
+) -> dict[str, ProjectFacts]:
     """Every module's facts from the modules' summaries (files without a summary were not analysed
-    yet: the prefilter ruled them out; they get facts when another module enters them)."""
+    yet: the prefilter ruled them out; they get facts when another module enters them).
+    `unanalysable`: files the project asked for that gave no summary (a syntax error): nothing
+    waits for them."""
     # Who has a method of a given name, in order of trust: methods of analysed modules; then methods
     # read from the text of modules the prefilter skipped; then abstract stand-ins (`def set_input(self):
     # pass` in a base class), which a subclass replaces.
@@ -709,7 +732,16 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             if edge.per_step is not None and edge.per_step.count(" → ") <= MAX_HOPS:
                 entered.setdefault(file, {}).setdefault(qualname, edge.per_step)
 
-    unseen = _enter_unseen_models(layout, summaries, resolved, cuda, entered)
+    # The models of a repository that trains on CUDA: each one's forward may run per step, by a caller
+    # the scan cannot follow. The prefilter skips a model file with no step code of its own, so
+    # they are asked for first, and entered once all are analysed (the outermost only: which
+    # models build which is known then).
+    feeding = {layout.repository_of(path) for path, summary in summaries.items() if cuda.get(path) and summary.feeds_models}
+    skipped = set(layout.paths) - summaries.keys() - set(unanalysable)
+    models_asked = {
+        path for path in skipped if layout.repository_of(path) in feeding and layout.text_facts(path).defines_model
+    }
+    unseen = set() if models_asked else _enter_unseen_models(layout, summaries, resolved, feeding, entered)
     if unseen:
         cuda = _cuda_closure(resolved, summaries, unseen)  # and on into what those models call
 
@@ -726,7 +758,7 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
             or summaries[path].has_step_code
         )
     }
-    reached = {file for path in active for _, file, _ in resolved.get(path, ())}
+    reached = {file for path in active for _, file, _ in resolved.get(path, ())} | models_asked
     kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
     classes: dict[str, dict[tuple[str, str], str]] = {}
     returns: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -788,22 +820,27 @@ def derive_facts(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> 
 UNSEEN_CALLER = "the forward of a model whose caller the scan cannot follow (a registry, `importlib`, a file not scanned)"
 
 
-def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, cuda: dict[str, bool], entered) -> set[str]:
+def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, feeding: set[str], entered) -> set[str]:
     """In a project that trains on CUDA, the `forward` of an `nn.Module` that no module of the scan is
     seen to call is still run once per step, by whatever builds the model: a registry
     (`models.__dict__[args.arch]`, `build_model(cfg)`), `importlib.import_module(args.model)` or a
     file outside the scan. Only the outermost such models are entered; what they call follows.
     "Trains" asks for a step loop that feeds models (trains, or draws batches) or a step hook: a
     library's counted loops (kornia's batched RANSAC) run its own algorithms, not the models'. And
-    the training must be in the model's own repository, where the scan holds several."""
-    training = {layout.repository_of(path) for path, summary in summaries.items() if cuda.get(path) and summary.feeds_models}
-    if not training:
+    the training must be in the model's own repository, where the scan holds several: `feeding`,
+    the repositories with a module on CUDA that feeds models."""
+    if not feeding:
         return set()
     found = set()
-    # A class another module refers to (builds it, calls its methods) is reached through that module.
-    referred = {(file, qualname.split(".", 1)[0]) for edges in resolved.values() for _, file, qualname in edges}
+    # A class another model builds or calls is one of its blocks, reached through it. One that code
+    # outside any model builds or calls (a script's `criterion = CRDLoss(opt)`) is an outermost
+    # model: where that code's per-step call is followed, its forward is entered already.
+    referred = {
+        (file, qualname.split(".", 1)[0]) for path, edges in resolved.items() for edge, file, qualname in edges
+        if edge.caller_class and _is_torch_module(layout, path, edge.caller_class, summaries)
+    }
     for path, summary in summaries.items():
-        if layout.is_library(path) or layout.repository_of(path) not in training:
+        if layout.is_library(path) or layout.repository_of(path) not in feeding:
             continue
         for qualname in summary.functions:
             cls, _, method = qualname.rpartition(".")

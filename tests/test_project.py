@@ -802,6 +802,48 @@ PROJECTS = {
                     return x.sum().item()  # expect: LA101
             """,
     },
+    "a loss model a script builds and its loop calls from a list: an outermost model (RepDistiller's CRD)": {
+        "train.py": """
+            import torch
+            from loops import train
+            from crd.criterion import CRDLoss
+            criterion_list = torch.nn.ModuleList([torch.nn.CrossEntropyLoss(), CRDLoss(128)]).cuda()
+            train(model, loader, criterion_list, optimizer)
+            """,
+        "loops.py": """
+            def train(model, loader, criterion_list, optimizer):
+                criterion_kd = criterion_list[-1]
+                for x, y in loader:
+                    x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                    loss = criterion_kd(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+        "crd/criterion.py": """
+            import torch
+            from .memory import ContrastMemory
+
+            class CRDLoss(torch.nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.contrast = ContrastMemory(dim)
+
+                def forward(self, f, y):
+                    return self.contrast(f, y).mean()
+            """,
+        "crd/memory.py": """
+            import torch
+
+            class ContrastMemory(torch.nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.register_buffer("params", torch.tensor([dim, 0.07]))
+
+                def forward(self, f, y):
+                    T = self.params[1].item()  # expect: LA101
+                    return f / T
+            """,
+    },
     "a model nobody calls, in a project that does not train: nothing runs per step": {
         "export.py": """
             import torch
@@ -1096,3 +1138,48 @@ def test_importing_a_module_with_an_algorithm_loop_does_not_make_a_file_parsed(t
         analysed.clear()
         scan(root, named=False)
         assert ("user.py" in analysed) == parsed_importer, parsed_importer
+
+
+def test_models_are_parsed_only_where_their_repository_trains_on_cuda(tmp_path, monkeypatch):
+    """The prefilter leaves a model file with no step code to the project, which asks for every
+    model of a repository that trains on CUDA (an unseen caller may run its forward) and for none
+    elsewhere: a library's models (kornia's) are not parsed for nothing. A model file that cannot
+    be parsed does not hold the others back."""
+    from loopaudit import engine
+
+    analysed: set[str] = set()
+    real = engine._apply_rules
+
+    def apply_rules(module, text, name, *args, **kwargs):
+        analysed.add(name)
+        return real(module, text, name, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_apply_rules", apply_rules)
+    model = """
+        import torch
+
+        class Matcher(torch.nn.Module):
+            def forward(self, x):
+                return x.sum().item(){mark}
+        """
+    algorithm = """
+        import torch
+
+        def fit(model, points, n_batches):
+            points = points.to("cuda")
+            for batch_idx in range(n_batches):
+                best = model(points[batch_idx])
+            return best
+        """
+    for trains in (False, True):
+        root = tmp_path / ("trains" if trains else "library")
+        write_project(root, {
+            "geometry/ransac.py": CUDA_TRAINING if trains else algorithm,
+            "feature/matcher.py": model.replace("{mark}", "  # expect: LA101" if trains else ""),
+            "feature/broken.py": "import torch\nclass Broken(torch.nn.Module):\n    def forward(self, x) return x\n",
+        })
+        analysed.clear()
+        findings = found(scan(root, named=False))
+        assert ("feature/matcher.py" in analysed) == trains
+        assert {f for f in findings if f[2] != "LA001"} == expected(root)
+        assert any(f[0] == "feature/broken.py" for f in findings) == trains  # asked for: its syntax error shows
