@@ -255,6 +255,8 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
 
 
 def _outermost_class(frame) -> str:
+    """The top-level class a call is made in ("" outside any class): whether a model makes it (a
+    block built or called by another model is reached through that model: _enter_unseen_models)."""
     found = ""
     while frame is not None:
         if frame.kind is FrameKind.CLASS and frame.class_info is not None:
@@ -476,8 +478,8 @@ class ProjectLayout:
     def _outermost_repositories(self, top: str) -> tuple[str, ...]:
         """The repositories the scan holds below its common folder, each with its folder's separator:
         the outermost marked folders (a repository's CUDA extension with a setup.py of its own, or a
-        vendored clone, stays part of it). None when the common folder is marked itself: a scan of
-        one repository is one project."""
+        vendored clone, stays part of it). None, the empty tuple, when the common folder is marked
+        itself: a scan of one repository is one project."""
         outermost: list[str] = []
         for folder in marked_folders(self.paths):
             if folder == top:
