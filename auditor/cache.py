@@ -92,9 +92,19 @@ class ResultCache:
             return None
         parts = (
             content, os.path.abspath(path), display_name, "explicit" if explicit else "found",
-            self._options_digest(options), canonical(facts, self._memo),
+            self._options_digest(options), self._facts_text(facts),
         )
         return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+
+    def _facts_text(self, facts) -> str:
+        """canonical(facts), written once per facts object: every module of a project starts from the
+        same one (engine.py)."""
+        if facts is None:
+            return "None"
+        known = self._memo.get(id(facts))
+        if known is None or known[0] is not facts:
+            known = self._memo[id(facts)] = (facts, canonical(facts, self._memo))
+        return known[1]
 
     def content_digest(self, path: str, *, fresh: bool = False) -> str | None:
         """The digest of the file's bytes as this scan first read them (`fresh`: as they are now)."""

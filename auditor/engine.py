@@ -25,7 +25,7 @@ from .canonical import digest
 from .context import RuleContext
 from .device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
-from .module_index import build_index
+from .module_index import ModuleIndex, build_index
 from .origins import LineMarks, LineResolver
 from .positions import Positions, print_rewritten
 from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, derive_facts, marked_folders, summarize
@@ -162,6 +162,21 @@ class _RecentModules:
         self.limit = limit  # characters
         self._modules: OrderedDict[str, cst.Module] = OrderedDict()
         self._size = 0
+        # id(tree) -> (tree, what it was indexed for, its index): the index depends on the tree and
+        # the rules alone, not on the facts, so a later round reuses it too.
+        self._indexes: dict[int, tuple[cst.Module, tuple, ModuleIndex]] = {}
+
+    def index(self, module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str]) -> ModuleIndex:
+        known = self._indexes.get(id(module))
+        if known is not None and known[0] is module and known[1] == (site_types, periodic_names):
+            index = known[2]
+            for function in index.functions:
+                function.call_sites.clear()  # the one thing an analysis adds (StepModel fills it in)
+            return index
+        index = build_index(module, site_types, periodic_names)
+        if any(kept is module for kept in self._modules.values()):
+            self._indexes[id(module)] = (module, (site_types, periodic_names), index)
+        return index
 
     def parse(self, text: str) -> cst.Module:
         module = self._modules.get(text)
@@ -173,8 +188,9 @@ class _RecentModules:
             self._modules[text] = module
             self._size += len(text)
             while self._size > self.limit:
-                dropped, _ = self._modules.popitem(last=False)
+                dropped, tree = self._modules.popitem(last=False)
                 self._size -= len(dropped)
+                self._indexes.pop(id(tree), None)
         return module
 
 
@@ -209,7 +225,7 @@ def _apply_rules(
 ) -> FileAnalysis:
     # A list, not a set: the order in which questions are asked must not depend on the hash seed.
     site_types = tuple(dict.fromkeys(node_type for rule in rules for node_type in rule.node_types))
-    index = build_index(module, site_types, options.periodic_names)
+    index = _RECENT_MODULES.index(module, site_types, options.periodic_names)
     if facts is None and not index.imports.imports_module("torch"):
         return FileAnalysis([])  # a file that never imports torch has no tensors (unless a caller passes some)
     steps = StepModel(index, options.extra_hooks, facts)
@@ -435,7 +451,8 @@ def _analyze_many(work: list[Item], jobs: int, progress, cache: ResultCache | No
         if len(project) < 2:
             return _total(workers.run([(*item, None) for item in work]), {})
         layout = scanned if len(project) == len(work) else ProjectLayout(path_of[i] for i in project)
-        facts = {path_of[i]: ProjectFacts(roots=layout.roots) for i in project}
+        initial = ProjectFacts(roots=layout.roots)  # one object: the cache writes its key text once
+        facts = {path_of[i]: initial for i in project}
         outcomes = workers.run([(*item, facts.get(path_of[i])) for i, item in enumerate(work)])
         for _ in range(MAX_ROUNDS):
             derived = _derived_facts(layout, {path_of[i]: outcomes[i] for i in project}, cache)

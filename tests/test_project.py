@@ -983,12 +983,21 @@ def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, mo
         parsed[text] = parsed.get(text, 0) + 1
         return real_parse(text)
 
+    indexed: dict[int, int] = {}
+    real_index = engine.build_index
+
+    def build_index(module, *args):
+        indexed[id(module)] = indexed.get(id(module), 0) + 1
+        return real_index(module, *args)
+
     monkeypatch.setattr(engine, "analyze_source", analyze_source)
     monkeypatch.setattr(engine.cst, "parse_module", parse_module)
+    monkeypatch.setattr(engine, "build_index", build_index)
     monkeypatch.setattr(engine, "_RECENT_MODULES", engine._RecentModules(limit=1_000_000))
     assert found(scan(tmp_path)) == expected(tmp_path)
     assert max(analysed.values()) > 1  # some file was analysed in a later round
     assert set(parsed.values()) == {1}  # and no text was parsed twice
+    assert set(indexed.values()) == {1}  # nor indexed twice (the index does not depend on the facts)
 
     parsed.clear()  # with no room for a tree, every analysis parses: the bound is kept
     analysed.clear()
