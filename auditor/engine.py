@@ -162,20 +162,21 @@ class _RecentModules:
         self.limit = limit  # characters
         self._modules: OrderedDict[str, cst.Module] = OrderedDict()
         self._size = 0
-        # id(tree) -> (tree, what it was indexed for, its index): the index depends on the tree and
-        # the rules alone, not on the facts, so a later round reuses it too.
-        self._indexes: dict[int, tuple[cst.Module, tuple, ModuleIndex]] = {}
+        # text -> (what it was indexed for, its index), for the texts kept: the index depends on the
+        # tree and the rules alone, not on the facts, so a later round reuses it too.
+        self._indexes: dict[str, tuple[tuple, ModuleIndex]] = {}
 
-    def index(self, module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str]) -> ModuleIndex:
-        known = self._indexes.get(id(module))
-        if known is not None and known[0] is module and known[1] == (site_types, periodic_names):
-            index = known[2]
+    def index(self, text: str, module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str]) -> ModuleIndex:
+        """The index of `module`, parsed from `text` by parse()."""
+        known = self._indexes.get(text)
+        if known is not None and known[0] == (site_types, periodic_names):
+            index = known[1]
             for function in index.functions:
                 function.call_sites.clear()  # the one thing an analysis adds (StepModel fills it in)
             return index
         index = build_index(module, site_types, periodic_names)
-        if any(kept is module for kept in self._modules.values()):
-            self._indexes[id(module)] = (module, (site_types, periodic_names), index)
+        if text in self._modules:
+            self._indexes[text] = ((site_types, periodic_names), index)
         return index
 
     def parse(self, text: str) -> cst.Module:
@@ -188,9 +189,9 @@ class _RecentModules:
             self._modules[text] = module
             self._size += len(text)
             while self._size > self.limit:
-                dropped, tree = self._modules.popitem(last=False)
+                dropped, _ = self._modules.popitem(last=False)
                 self._size -= len(dropped)
-                self._indexes.pop(id(tree), None)
+                self._indexes.pop(dropped, None)
         return module
 
 
@@ -225,7 +226,7 @@ def _apply_rules(
 ) -> FileAnalysis:
     # A list, not a set: the order in which questions are asked must not depend on the hash seed.
     site_types = tuple(dict.fromkeys(node_type for rule in rules for node_type in rule.node_types))
-    index = _RECENT_MODULES.index(module, site_types, options.periodic_names)
+    index = _RECENT_MODULES.index(text, module, site_types, options.periodic_names)
     if facts is None and not index.imports.imports_module("torch"):
         return FileAnalysis([])  # a file that never imports torch has no tensors (unless a caller passes some)
     steps = StepModel(index, options.extra_hooks, facts)
@@ -480,8 +481,8 @@ def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: R
     if stored is not None:
         derived, texts = stored
         if all(
-            cache.content_digest(path) == digest or layout.text_facts(path) == read
-            for path, (digest, read) in texts.items()
+            cache.content_digest(path) == read_from or layout.text_facts(path) == read
+            for path, (read_from, read) in texts.items()
         ):
             return _sharing_roots(derived, layout.roots)
     summaries = {path: pickle.loads(outcome[2]) for path, outcome in outcomes.items() if outcome[2] is not None}

@@ -71,9 +71,6 @@ def _has_step_hint(text: str) -> bool:
     return _STEP_LOOP.search(text) is not None
 
 
-# A top-level class with a `Module` among its bases: a model, which the project asks for when it
-# trains (project.py), not this check.
-MODULE_CLASS = re.compile(r"^class[ \t]+\w+[ \t]*\([^)\n]*\bModule\b", re.M)
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
 # `pbar = tqdm(loaders[0])`: a name bound to something wrapping a variable named like a data loader
 # (`loaders`, `train_loader`, `dataloader`; not an import machinery's `spec.loader`).

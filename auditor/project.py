@@ -30,7 +30,6 @@ from .canonical import content_digest
 from .constants import At, setting_value
 from .module_index import FrameKind
 from .names import dotted_name
-from .prefilter import MODULE_CLASS
 
 if TYPE_CHECKING:
     from .module_index import ModuleIndex
@@ -381,6 +380,9 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([
 _TOP_LEVEL = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=[^=]", re.M)
 _CLASS = re.compile(r"class[ \t]+(\w+)")
 _METHOD = re.compile(r"([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\([ \t]*self\b")
+# A top-level class with a `Module` among its bases: a model, which the project asks to have analysed
+# where its repository trains on CUDA (derive_facts); the prefilter does not pass it for that.
+_MODULE_CLASS = re.compile(r"^class[ \t]+\w+[ \t]*\([^)\n]*\bModule\b", re.M)
 
 
 # Packages that are libraries wherever their sources sit: a call into them is never into the project.
@@ -578,7 +580,7 @@ class ProjectLayout:
                 imports=[match.group(1) or match.group(2) for match in _IMPORT.finditer(text)],
                 methods=_text_methods(text),
                 defined=frozenset(match.group(1) or match.group(2) for match in _TOP_LEVEL.finditer(text)),
-                defines_model=MODULE_CLASS.search(text) is not None,
+                defines_model=_MODULE_CLASS.search(text) is not None,
             )
         return cached
 
