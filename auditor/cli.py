@@ -30,6 +30,7 @@ from .finding import Finding
 from .fixing import applicable, fix_file
 from .progress import ScanProgress
 from .since import SinceError, changed_lines, on_changed_lines
+from .collector import own_collector
 from .engine import analyze_many, analyze_stdin
 from .cli_support import (
     EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, PlainHelpCommand, build_settings, usage_error,
@@ -330,6 +331,7 @@ app.command("analyze", cls=PlainHelpCommand, short_help="Read a torch.profiler t
 
 
 def main() -> None:
+    own_collector()  # this process runs loopaudit alone (collector.py)
     try:
         app()
     except KeyboardInterrupt:

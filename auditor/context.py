@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Callable, TypeVar
+
 import libcst as cst
 
 from .module_index import Frame, ModuleIndex, Scope
 from .stepmodel import StepModel
 from .tensors import Kind, TensorInference
+
+T = TypeVar("T")
 
 
 class RuleContext:
@@ -17,6 +21,15 @@ class RuleContext:
         # Where the node being checked sits; set by the engine before each check.
         self.scope: Scope = index.module_scope
         self.frame: Frame = index.module_frame
+        self._memo: dict[str, object] = {}
+
+    def memoized(self, key: str, compute: Callable[[], T]) -> T:
+        """`compute()`, once per analysis of the module: for what a rule works out about the whole
+        module. Kept here, not in a rule's module-level dict, so it goes with the analysis (a tree
+        kept alive past its analysis would be frozen out of the collector's sight, collector.py)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]  # type: ignore[return-value]
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         """`T.cuda.synchronize` -> "torch.cuda.synchronize" when `import torch as T`."""

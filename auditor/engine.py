@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
+from . import collector
 from .cache import ResultCache
 from .canonical import digest
 from .context import RuleContext
@@ -138,7 +139,8 @@ def analyze_source(
     if not explicit and not driven and not passes_prefilter(text, options, in_project=facts is not None):
         return FileAnalysis([])
     try:
-        module = _RECENT_MODULES.parse(text)
+        # Only a project's files are analysed again in later rounds: a library's are not kept.
+        module = _RECENT_MODULES.parse(text, keep=facts is not None)
     except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
         row, column, reason = _syntax_error_position(text, error)
         message = f"syntax error, the file cannot be parsed: {reason}"
@@ -179,13 +181,16 @@ class _RecentModules:
             self._indexes[text] = ((site_types, periodic_names), index)
         return index
 
-    def parse(self, text: str) -> cst.Module:
+    def parse(self, text: str, keep: bool = True) -> cst.Module:
         module = self._modules.get(text)
         if module is not None:
             self._modules.move_to_end(text)
             return module
-        module = cst.parse_module(text)  # trees are immutable: one can serve every analysis
-        if len(text) <= self.limit:
+        # An index kept across a parse would be frozen with the new tree and, holding cycles,
+        # never freed once dropped (collector.py): indexes serve re-analyses with no parse between.
+        self._indexes.clear()
+        module = collector.parse_module(text)  # trees are immutable: one can serve every analysis
+        if keep and len(text) <= self.limit:
             self._modules[text] = module
             self._size += len(text)
             while self._size > self.limit:
@@ -586,7 +591,8 @@ class _Workers:
         if self._pool is None:
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+            # The workers run loopaudit alone: they may keep their trees out of the collector's way.
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=collector.own_collector)
         # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
         # test files) must not end up in one worker's batch while the others sit idle.
         order = sorted(range(len(work)), key=lambda i: _size(work[i][0]), reverse=True)

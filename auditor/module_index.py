@@ -199,6 +199,7 @@ class ModuleIndex:
     functions: list[FunctionInfo] = field(default_factory=list)
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     loops: list[LoopInfo] = field(default_factory=list)
+    loops_by_node: dict[int, LoopInfo] = field(default_factory=dict)  # id(For or While node) -> its loop
     sites: dict[type, list[Site]] = field(default_factory=dict)
     calls: list[CallSite] = field(default_factory=list)
     cuda_strings: bool = False  # a "cuda..." or "nccl" literal
@@ -226,7 +227,6 @@ class _Indexer:
         self.block = id(index.module)
         # Each entry remembers what on_visit_attribute changed, so on_leave_attribute can undo it.
         self._undo: list[tuple | None] = []
-        self._loops_by_node: dict[int, LoopInfo] = {}
         self._immediate_lambdas: set[int] = set()
 
     # --- structure -----------------------------------------------------------------------------
@@ -291,7 +291,7 @@ class _Indexer:
 
     def _loop_for(self, node: cst.For | cst.While) -> LoopInfo:
         # The `while` test and body share one LoopInfo: both run on every iteration.
-        existing = self._loops_by_node.get(id(node))
+        existing = self.index.loops_by_node.get(id(node))
         if existing is not None:
             return existing
         frame = Frame(FrameKind.LOOP, self.frame, node)
@@ -302,7 +302,7 @@ class _Indexer:
         if self.function is not None:
             self.function.loops.append(loop)
         self.index.loops.append(loop)
-        self._loops_by_node[id(node)] = loop
+        self.index.loops_by_node[id(node)] = loop
         return loop
 
     def _function_for(self, node: cst.FunctionDef) -> FunctionInfo:

@@ -21,7 +21,7 @@ from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope, named_pa
 from .names import terminal_name
 from .patterns import FORWARD_CALLEE, unwrap_iterable
 from .stepmodel import StepModel, argument_for
-from .walk import holds
+from .walk import Containment
 
 
 class Kind(enum.Enum):
@@ -141,6 +141,7 @@ class TensorInference:
         self._where: LoopInfo | None = None  # the loop the expression being asked about sits in
         # The binding whose value is being read, if any: names in it see the bindings before it (below).
         self._reading: Binding | None = None
+        self._contains = Containment()  # is a read inside a binding's own value (asked per read)
 
     def kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
         """The kind of `expr` as seen from `frame` (where the expression is), see `_reaching`."""
@@ -194,7 +195,7 @@ class TensorInference:
         if len(bindings) > 1:
             # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made:
             # a binding is never what its own right-hand side reads.
-            bindings = [b for b in bindings if not holds(b.value, expr)] or bindings
+            bindings = [b for b in bindings if not self._contains.holds(b.value, expr)] or bindings
         # A read that sees only the bindings before it in its block cannot be part of a cycle: those
         # bindings' own reads see still earlier ones. Its key is the read itself.
         key = (id(owner), name) if seen_here is None else (id(owner), name, id(expr))
@@ -307,7 +308,7 @@ class TensorInference:
         if use is None:
             return None
         order, block = use
-        earlier = [b for b in bindings if b.order < order and not holds(b.value, name)]
+        earlier = [b for b in bindings if b.order < order and not self._contains.holds(b.value, name)]
         # `loss /= n` updates the value a binding before it made: it does not replace it.
         last = max((b.order for b in earlier if b.block == block and b.kind != "augment"), default=None)
         if last is None:
@@ -450,7 +451,7 @@ class TensorInference:
         found = scope.lookup(iterable.value)
         if found is None or not found[0]:
             return False
-        reaching = [b for b in found[0] if not holds(b.value, iterable)]
+        reaching = [b for b in found[0] if not self._contains.holds(b.value, iterable)]
         if not reaching or any(b.kind not in ("loop", "element") for b in reaching):
             return False
         if len(reaching) == len(found[0]):

@@ -20,6 +20,16 @@ _PUNCTUATION_FIELDS = frozenset({
     "prefix", "between", "arrow", "default_comma", "semicolons",
 })
 _fields_cache: dict[type, tuple[str, ...]] = {}
+# type -> is it a node type. `isinstance(value, cst.CSTNode)` goes through ABCMeta's Python-level
+# __instancecheck__ (CSTNode is an ABC) on every field of every node: a dict lookup is cheaper.
+_node_types: dict[type, bool] = {}
+
+
+def _is_node_type(value_type: type) -> bool:
+    known = _node_types.get(value_type)
+    if known is None:
+        known = _node_types[value_type] = issubclass(value_type, cst.CSTNode)
+    return known
 
 
 def child_fields(node_type: type) -> tuple[str, ...]:
@@ -46,10 +56,11 @@ def iter_subtree(root: cst.CSTNode, skip_inside: tuple[type, ...] = ()) -> Itera
         children: list[cst.CSTNode] = []
         for name in child_fields(type(node)):
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            value_type = type(value)
+            if value_type is tuple or value_type is list:
+                children.extend(item for item in value if _is_node_type(type(item)))
+            elif _is_node_type(value_type):
                 children.append(value)
-            elif isinstance(value, (tuple, list)):
-                children.extend(item for item in value if isinstance(item, cst.CSTNode))
         stack.extend(reversed(children))
 
 
@@ -61,8 +72,8 @@ def parent_map(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
         node = stack.pop()
         for name in child_fields(type(node)):
             value = getattr(node, name)
-            for child in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(child, cst.CSTNode):
+            for child in value if type(value) is tuple or type(value) is list else (value,):
+                if _is_node_type(type(child)):
                     parents[child] = node
                     stack.append(child)
     return parents
@@ -96,10 +107,11 @@ def walk(
         pending: list = []
         for name in child_fields(node_type):
             value = getattr(item, name)
-            if isinstance(value, cst.CSTNode):
+            value_type = type(value)
+            if value_type is tuple or value_type is list:
+                values = tuple(v for v in value if _is_node_type(type(v)))
+            elif _is_node_type(value_type):
                 values = (value,)
-            elif isinstance(value, (tuple, list)):
-                values = tuple(v for v in value if isinstance(v, cst.CSTNode))
             else:
                 continue
             if events:
@@ -122,3 +134,17 @@ def walk(
 def holds(root: cst.CSTNode, node: cst.CSTNode) -> bool:
     """Is `node` (this very node, not an equal one) `root` or inside it?"""
     return any(inner is node for inner in iter_subtree(root))
+
+
+class Containment:
+    """`holds` for many questions about the same subtrees (a binding's value, asked about each read
+    of its name): each subtree is walked once. Keyed by identity: the trees must outlive it."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, frozenset[int]] = {}
+
+    def holds(self, root: cst.CSTNode, node: cst.CSTNode) -> bool:
+        ids = self._ids.get(id(root))
+        if ids is None:
+            ids = self._ids[id(root)] = frozenset(map(id, iter_subtree(root)))
+        return id(node) in ids

@@ -16,6 +16,7 @@ import time
 import libcst as cst
 
 import loopaudit.engine as engine
+from loopaudit.collector import own_collector
 from loopaudit.cli import app
 
 seconds: collections.Counter = collections.Counter()
@@ -45,6 +46,7 @@ def main() -> int:
     engine.derive_facts = timed("project facts (derive_facts, all rounds)", engine.derive_facts)
     engine._with_lines = timed("line numbers of contexts", engine._with_lines)
     sys.argv = ["loopaudit", "scan", sys.argv[1], "--isolated", "--output-format", "json", "--exit-zero", "--no-cache", "--jobs", "1"]
+    own_collector()  # as the command's own process does (cli.main)
     start = time.process_time()
     try:
         app()

@@ -141,7 +141,7 @@ class EvalWithoutNoGrad(Rule):
 
     def check(self, node, ctx):
         steps = ctx.steps
-        loop = _loop_info(node, ctx)
+        loop = ctx.index.loops_by_node.get(id(node))
         if loop is None or not steps.is_step_loop(loop):
             return
         function = loop.function
@@ -163,19 +163,6 @@ class EvalWithoutNoGrad(Rule):
             f"evaluation loop ({why}) runs the model with autograd recording: every forward saves "
             f"activations for a backward that never comes; wrap it in `torch.no_grad()` / `torch.inference_mode()`",
         )
-
-
-_LOOPS: dict[int, tuple[object, dict]] = {}
-
-
-def _loop_info(node, ctx):
-    key = id(ctx.index)
-    cached = _LOOPS.get(key)
-    if cached is None or cached[0] is not ctx.index:
-        _LOOPS.clear()
-        cached = (ctx.index, {id(loop.node): loop for loop in ctx.index.loops})
-        _LOOPS[key] = cached
-    return cached[1].get(id(node))
 
 
 def _in_framework_code(function, ctx) -> bool:

@@ -10,11 +10,10 @@ Not a rule (it declares none). It answers, for a `for` loop:
 from __future__ import annotations
 
 import re
-import weakref
 
 import libcst as cst
 
-from loopaudit.module_index import LoopInfo, ModuleIndex, Scope
+from loopaudit.module_index import Scope
 from loopaudit.names import terminal_name
 from loopaudit.tensors import Kind
 from loopaudit.walk import iter_subtree
@@ -22,17 +21,6 @@ from loopaudit.walk import iter_subtree
 TENSORS = (Kind.TENSOR, Kind.HOST_TENSOR)
 _CONTAINER_NAME = re.compile(r"(?i)(^|_)(tuple|list|dict|items|pairs)s?($|_)")
 _DEFERRED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_loops_by_index: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def loop_info(index: ModuleIndex, node: cst.For | cst.While) -> LoopInfo | None:
-    table = _loops_by_index.get(index)
-    if table is None:
-        table = {id(loop.node): loop for loop in index.loops}
-        _loops_by_index[index] = table
-    return table.get(id(node))
-
-
 def body_nodes(loop: cst.For | cst.While):
     """Every node of the loop's body, not entering functions, classes or lambdas defined there."""
     return iter_subtree(loop.body, skip_inside=_DEFERRED)
@@ -265,7 +253,7 @@ def sized_range_loop(loop: cst.For, ctx, scope: Scope) -> tuple[cst.BaseExpressi
 
 def step_like(loop_node: cst.For | cst.While, ctx) -> bool:
     """A step loop (it trains, or pulls batches), or an epoch loop around one: not a per-element loop."""
-    info = loop_info(ctx.index, loop_node)
+    info = ctx.index.loops_by_node.get(id(loop_node))
     if info is None:
         return True
     return ctx.steps.is_step_loop(info) or ctx.steps.has_inner_step_loop(info)

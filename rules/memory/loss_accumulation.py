@@ -273,21 +273,14 @@ def _computed_without_grad(value: cst.CSTNode, ctx) -> bool:
     return False
 
 
-_NO_GRAD_CACHE: dict[int, tuple[object, list]] = {}
-
-
 def _no_grad_blocks(ctx) -> list:
-    key = id(ctx.index)
-    cached = _NO_GRAD_CACHE.get(key)
-    if cached is None or cached[0] is not ctx.index:
-        blocks = [
+    return ctx.memoized(
+        "no-grad blocks",
+        lambda: [
             node for node in iter_subtree(ctx.index.module)
             if isinstance(node, cst.With) and any(ctx.steps._disables_grad(item.item) for item in node.items)
-        ]
-        _NO_GRAD_CACHE.clear()
-        cached = (ctx.index, blocks)
-        _NO_GRAD_CACHE[key] = cached
-    return cached[1]
+        ],
+    )
 
 
 def _backpropagated(name: str, scope: Scope, ctx) -> bool:
