@@ -155,10 +155,11 @@ def analyze_source(
 
 
 class _RecentModules:
-    """The modules this process parsed last, by their text. A project scan analyses a file again in
-    later rounds, with new facts but the same text: its parse, half of an analysis, is kept (in a
-    one-file re-scan, where the file is analysed in this process every round, it always is).
-    Bounded by the size of the texts: a tree costs about 2 KB per line of source."""
+    """The modules of a project this process parsed last, by their text. A project scan analyses a
+    file again in later rounds, with new facts but the same text: its parse, half of an analysis, is
+    kept (in a one-file re-scan, where the file is analysed in this process every round, it always
+    is). A library's files are analysed once, and not kept. Bounded by the size of the texts: a tree
+    costs about 2 KB per line of source."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit  # characters
