@@ -93,9 +93,11 @@ def _default_of(function, name: str) -> cst.BaseExpression | None:
 
 
 def _argparse_defaults(at) -> dict:
-    cached = getattr(at.index, "_la2_argparse_defaults", None)
-    if cached is not None and cached[0] is at.steps:
-        return cached[1]  # per analysis: a default may be read from what other modules pass (facts)
+    # Once per analysis, so kept on the analysis's step model, not on the index, which a later round
+    # reuses: a default may be read from what other modules pass (the facts change between rounds).
+    cached = getattr(at.steps, "_la2_argparse_defaults", None)
+    if cached is not None:
+        return cached
     defaults: dict = {}
     for site in at.index.calls:
         call = site.call
@@ -116,7 +118,7 @@ def _argparse_defaults(at) -> dict:
         if dest in defaults and defaults[dest] != value:
             value = UNKNOWN  # declared twice with different defaults
         defaults[dest] = value
-    at.index._la2_argparse_defaults = (at.steps, defaults)  # computed once per analysis of the file
+    at.steps._la2_argparse_defaults = defaults
     return defaults
 
 

@@ -21,6 +21,8 @@ from loopaudit.walk import iter_subtree
 TENSORS = (Kind.TENSOR, Kind.HOST_TENSOR)
 _CONTAINER_NAME = re.compile(r"(?i)(^|_)(tuple|list|dict|items|pairs)s?($|_)")
 _DEFERRED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
 def body_nodes(loop: cst.For | cst.While):
     """Every node of the loop's body, not entering functions, classes or lambdas defined there."""
     return iter_subtree(loop.body, skip_inside=_DEFERRED)
