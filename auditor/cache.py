@@ -17,6 +17,11 @@ scan depend only on the outcomes), so the findings are identical either way.
 
 Entries are written atomically (a temporary file renamed into place), so concurrent runs and a killed
 run leave only whole entries. An entry that cannot be read back, for whatever reason, is a miss.
+
+The folder lies in the scanned project, where a pull request can commit files of its own. So an entry
+is plain JSON, read back only into the type the engine asks for (plain_data.py), and it is signed with
+a key that this user's loopaudit keeps outside any project (`~/.cache/loopaudit/cache-key`): an entry
+that this machine's loopaudit did not write, or that was edited since, is a miss, never a result.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import pickle
+import hmac
+import json
 import re
 import shutil
 import stat
@@ -33,6 +39,7 @@ from pathlib import Path
 from . import __version__
 from .atomic import write_atomically
 from .canonical import canonical, content_digest
+from .plain_data import InvalidData, from_plain, to_plain
 
 FOLDER_NAME = ".loopaudit_cache"
 _VERSION_FOLDER = re.compile(r"^[0-9][0-9A-Za-z.+_-]*-[0-9a-f]{16}$")  # "0.1.0-774bf7feac968e7f"
@@ -56,10 +63,16 @@ class ResultCache:
         self.hits = 0
         self.misses = 0
         self._writable = True
+        self._signing_key: bytes | None = None  # read when first needed; b"": none can be had
 
     def prepare(self) -> str | None:
         """Create the folder (with a .gitignore that ignores it whole, and a CACHEDIR.TAG that tells
         backup tools to skip it). None when it is ready, else why the scan runs without it."""
+        try:
+            self._signing_key = _signing_key()
+        except OSError as error:
+            self._signing_key = b""
+            return f"cannot keep the cache's signing key in {_key_file()}: {error.strerror or error}"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             for name, text in ((".gitignore", "# Created by loopaudit.\n*\n"), ("CACHEDIR.TAG", _CACHEDIR_TAG)):
@@ -139,27 +152,52 @@ class ResultCache:
         it must not store its new findings under its old contents."""
         return self.key(path, display_name, explicit, options, facts, fresh=True) == key
 
-    def get(self, key: str | None):
-        if key is None:
+    def get(self, key: str | None, kind):
+        """The value of type `kind` stored under `key`, or None: absent, truncated, corrupt, written by
+        another machine or user, or not of that type are all misses, never a crash."""
+        if key is None or not self._key():
             return None
         try:
             with open(self._entry(key), "rb") as stream:
-                outcome = pickle.load(stream)
-        except Exception:  # absent, truncated, corrupt or foreign: a miss, never a crash
+                signature, _, body = stream.read().partition(b"\n")
+            if not hmac.compare_digest(signature, self._sign(body)):
+                raise InvalidData("not signed by this user's loopaudit")
+            stored_key, plain = json.loads(body)
+            if stored_key != key:
+                raise InvalidData("stored under another key")
+            value = from_plain(kind, plain)
+        except (OSError, ValueError, TypeError, RecursionError):  # InvalidData and JSON errors are ValueErrors
             self.misses += 1
             return None
         self.hits += 1
-        return outcome
+        return value
 
-    def put(self, key: str | None, outcome) -> None:
-        if key is None or not self._writable:
+    def put(self, key: str | None, value, kind) -> None:
+        if key is None or not self._writable or not self._key():
             return
         entry = self._entry(key)
         try:
+            body = json.dumps([key, to_plain(value, kind)], ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            data = body.encode("utf-8", "surrogatepass")
+        except ValueError:  # a value JSON cannot hold (a NaN): not stored, analysed again next time
+            return
+        try:
             entry.parent.mkdir(exist_ok=True)
-            write_atomically(entry, pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+            write_atomically(entry, self._sign(data) + b"\n" + data)
         except OSError:
             self._writable = False  # a full or read-only disk: the scan goes on without storing
+
+    def _key(self) -> bytes:
+        """The signing key (b"" where none can be had: then nothing is read or written)."""
+        if self._signing_key is None:
+            try:
+                self._signing_key = _signing_key()
+            except OSError:
+                self._signing_key = b""
+        return self._signing_key
+
+    def _sign(self, body: bytes) -> bytes:
+        return hashlib.blake2b(body, key=self._key(), digest_size=32).hexdigest().encode()
 
     def _entry(self, key: str) -> Path:
         return self.folder / key[:2] / key[2:]
@@ -179,6 +217,42 @@ def default_folder(project_root: Path) -> Path:
     """`LOOPAUDIT_CACHE_DIR` if set, else `.loopaudit_cache` at the project's root."""
     configured = os.environ.get(ENVIRONMENT_VARIABLE)
     return Path(configured) if configured else project_root / FOLDER_NAME
+
+
+def _key_file() -> Path:
+    """Where this user's signing key lives: their own cache folder, never a scanned project."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "loopaudit" / "cache-key"
+
+
+_SIGNING_KEY: bytes | None = None
+
+
+def _signing_key() -> bytes:
+    """The key, made on first use: 32 random bytes readable by this user alone. Concurrent first
+    runs agree on one: each links its own file into place, and the first link wins."""
+    global _SIGNING_KEY
+    if _SIGNING_KEY is None:
+        path = _key_file()
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fresh = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(descriptor, os.urandom(32))
+            finally:
+                os.close(descriptor)
+            try:
+                os.link(fresh, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(fresh)
+        key = path.read_bytes()
+        if len(key) != 32:
+            raise OSError("the file there is not a loopaudit key (delete it to make a new one)")
+        _SIGNING_KEY = key
+    return _SIGNING_KEY
 
 
 def _content_digest(path: str) -> str | None:

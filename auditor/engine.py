@@ -10,7 +10,7 @@ import bisect
 import contextlib
 import io
 import os
-import pickle
+import json
 import stat
 import sys
 import tokenize
@@ -28,8 +28,9 @@ from .device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .module_index import ModuleIndex, build_index
 from .origins import LineMarks, LineResolver
+from .plain_data import from_plain, to_plain
 from .positions import Positions, print_rewritten
-from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, derive_facts, marked_folders, summarize
+from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, TextFacts, derive_facts, marked_folders, summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Report, Rule
 from .stepmodel import StepModel, StepReason
@@ -438,14 +439,14 @@ def analyze_many(
     if cache is None:
         return _analyze_many(work, jobs, progress, None)
     whole = cache.scan_key(work, marked_folders(os.path.abspath(item[0]) for item in work))
-    stored = cache.get(whole)
+    stored = cache.get(whole, ScanResult)
     if stored is not None:
         if progress is not None:
             progress(len(work), len(work))
         return stored
     result = _analyze_many(work, jobs, progress, cache)
     if not result.problems:
-        cache.put(whole, result)
+        cache.put(whole, result, ScanResult)
     return result
 
 
@@ -476,14 +477,14 @@ def _analyze_many(work: list[Item], jobs: int, progress, cache: ResultCache | No
 def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: ResultCache | None) -> dict[str, ProjectFacts]:
     """derive_facts over the files' summaries, or what it gave an earlier scan for the same ones (by
     their digests). A touched file whose summary stays the same (an edited comment, a changed line
-    inside a function) leaves the project's facts as they were, and no summary is even unpickled.
+    inside a function) leaves the project's facts as they were, and no summary is even decoded.
     derive_facts also reads the text of files (their imports, classes and top-level names): the
     entry keeps what it read, which must read the same now (the same bytes, or, where they
     changed, the same facts read from them)."""
     key = stored = None
     if cache is not None:
         key = cache.facts_key(layout.signature, {path: outcome[3] for path, outcome in outcomes.items()})
-        stored = cache.get(key)
+        stored = cache.get(key, _DerivedFacts)
     if stored is not None:
         derived, texts = stored
         if all(
@@ -491,10 +492,12 @@ def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: R
             for path, (read_from, read) in texts.items()
         ):
             return _sharing_roots(derived, layout.roots)
-    summaries = {path: pickle.loads(outcome[2]) for path, outcome in outcomes.items() if outcome[2] is not None}
+    summaries = {
+        path: from_plain(ModuleSummary, json.loads(outcome[2])) for path, outcome in outcomes.items() if outcome[2] is not None
+    }
     derived = derive_facts(layout, summaries, [path for path, outcome in outcomes.items() if outcome[3] == UNANALYSABLE])
     if cache is not None:
-        cache.put(key, (derived, layout.texts_read()))
+        cache.put(key, (derived, layout.texts_read()), _DerivedFacts)
     return derived
 
 
@@ -525,10 +528,17 @@ def _with_lines(result: ScanResult, cache: ResultCache | None = None) -> ScanRes
     return result
 
 
-# What one file's analysis sends back: its findings, internal errors, its project summary (pickled:
-# a scan that reads the project's facts back from the cache never needs it) and the summary's digest
-# (what the project facts are derived from: see _derived_facts).
-Outcome = tuple[list[Finding], list[str], bytes | None, str | None]
+# What one file's analysis sends back: its findings, internal errors, its project summary (as JSON
+# text: a scan that reads the project's facts back from the cache never needs to decode it) and the
+# summary's digest (what the project facts are derived from: see _derived_facts).
+Outcome = tuple[list[Finding], list[str], str | None, str | None]
+# A cache entry of derived project facts: the facts by path, and what was read from the text of files
+# (by path: the digest of the bytes read, and what they said).
+_DerivedFacts = tuple[dict[str, ProjectFacts], dict[str, tuple[str, TextFacts]]]
+
+
+def _summary_text(summary: ModuleSummary) -> str:
+    return json.dumps(to_plain(summary, ModuleSummary), ensure_ascii=False, separators=(",", ":"))
 # The digest of a file the project asked for that gave no summary (a syntax error, no rules to run):
 # the project must not wait for it.
 UNANALYSABLE = "unanalysable"
@@ -568,7 +578,7 @@ class _Workers:
         if cache is None:
             return self._analyze(work, progress)
         keys = [cache.key(*item) for item in work]
-        stored = [cache.get(key) for key in keys]
+        stored = [cache.get(key, Outcome) for key in keys]
         missing = [i for i, outcome in enumerate(stored) if outcome is None]
         hits = len(work) - len(missing)
         if hits:
@@ -579,7 +589,7 @@ class _Workers:
             outcomes[i] = outcome
             # Internal errors are not kept: the next run tries again.
             if not outcome[1] and cache.still_current(*work[i], key=keys[i]):
-                cache.put(keys[i], outcome)
+                cache.put(keys[i], outcome, Outcome)
         return outcomes
 
     def _analyze(self, work, progress: Callable[[int, int], None]) -> list[Outcome]:
@@ -619,7 +629,7 @@ def _analyze_item(item: tuple[str, str, bool, ScanOptions, ProjectFacts | None])
             summary = analysis.summary
             if summary is None:
                 return analysis.findings, [], None, _no_summary(facts)
-            return analysis.findings, [], pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL), digest(summary)
+            return analysis.findings, [], _summary_text(summary), digest(summary)
         except Exception as error:  # a bug in loopaudit must not hide the other files' findings
             return [], [_describe_error(name, error)], None, _no_summary(facts)
 

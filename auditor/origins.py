@@ -40,12 +40,16 @@ class LineMarks:
         return f"⟦{self.path}|{place[0]}|{place[1]}⟧"
 
 
+# A file's line numbers by place in its walk: (kind, ordinal) -> line.
+FileLines = dict[tuple[str, int], int]
+
+
 class LineResolver:
     """Replaces marks with line numbers, parsing each file they point into once (or reading its
     line numbers from `cache`, a ResultCache, by the file's contents)."""
 
     def __init__(self, cache=None) -> None:
-        self._lines: dict[str, dict[tuple[str, int], int] | None] = {}
+        self._lines: dict[str, FileLines | None] = {}
         self._cache = cache
 
     def __call__(self, text: str | None) -> str | None:
@@ -58,19 +62,19 @@ class LineResolver:
         line = lines.get((match.group(2), int(match.group(3)))) if lines is not None else None
         return str(line) if line is not None else "?"
 
-    def _file_lines(self, path: str) -> dict[tuple[str, int], int] | None:
+    def _file_lines(self, path: str) -> FileLines | None:
         if path not in self._lines:
             key = self._cache.lines_key(path) if self._cache is not None else None
-            lines = self._cache.get(key) if key is not None else None
+            lines = self._cache.get(key, FileLines) if key is not None else None
             if lines is None:
                 lines = _lines_of(path)
                 if key is not None and lines is not None:
-                    self._cache.put(key, lines)
+                    self._cache.put(key, lines, FileLines)
             self._lines[path] = lines
         return self._lines[path]
 
 
-def _lines_of(path: str) -> dict[tuple[str, int], int] | None:
+def _lines_of(path: str) -> FileLines | None:
     try:
         with open(path, "rb") as stream:
             module = cst.parse_module(stream.read())

@@ -419,7 +419,7 @@ def marked_folders(paths: Iterable[str]) -> list[str]:
     )
 
 
-class _TextFacts(NamedTuple):
+class TextFacts(NamedTuple):
     """What the text of a file says, for files the prefilter kept from being parsed."""
 
     imports: list[str]  # the modules it imports
@@ -435,7 +435,7 @@ class ProjectLayout:
         self.paths = sorted({os.path.abspath(p) for p in paths})
         self._by_name: dict[str, list[str]] = {}
         self._files = set(self.paths)
-        self._texts: dict[str, _TextFacts] = {}
+        self._texts: dict[str, TextFacts] = {}
         self._text_digests: dict[str, str] = {}
         self._resolved: dict[tuple[str, str], tuple[str, str] | None] = {}
         # method name -> [(file, "Class.method")], filled in from the summaries (derive_facts)
@@ -549,10 +549,10 @@ class ProjectLayout:
         """What the layout is made of: equal signatures resolve every name the same way."""
         return repr((self.root, sorted(self._loose_folders), self._repositories, self.paths))
 
-    def text_facts(self, path: str) -> _TextFacts:
+    def text_facts(self, path: str) -> TextFacts:
         return self._read(path)
 
-    def texts_read(self) -> dict[str, tuple[str, _TextFacts]]:
+    def texts_read(self) -> dict[str, tuple[str, TextFacts]]:
         """What was read so far from the text of files (resolving names, skipped files), with the
         digest of the bytes it was read from."""
         return {path: (self._text_digests[path], facts) for path, facts in self._texts.items()}
@@ -565,7 +565,7 @@ class ProjectLayout:
         """"Class.method" for the methods of the file's top-level classes, read from its text."""
         return self._read(path).methods
 
-    def _read(self, path: str) -> _TextFacts:
+    def _read(self, path: str) -> TextFacts:
         cached = self._texts.get(path)
         if cached is None:
             try:
@@ -576,7 +576,7 @@ class ProjectLayout:
             self._text_digests[path] = content_digest(data)
             # As a text-mode read: undecodable bytes replaced, universal newlines.
             text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
-            cached = self._texts[path] = _TextFacts(
+            cached = self._texts[path] = TextFacts(
                 imports=[match.group(1) or match.group(2) for match in _IMPORT.finditer(text)],
                 methods=_text_methods(text),
                 defined=frozenset(match.group(1) or match.group(2) for match in _TOP_LEVEL.finditer(text)),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from loopaudit import cache as cache_module
 from loopaudit.cache import FOLDER_NAME, ResultCache
 from loopaudit import engine
 from loopaudit.engine import analyze_many
@@ -150,7 +151,7 @@ def test_corrupt_and_truncated_entries_are_misses_never_crashes(tmp_path):
     entries = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.parent.parent.parent == tmp_path / "cache"]
     assert entries
     for number, entry in enumerate(entries):
-        entry.write_bytes(b"" if number % 2 else b"\x80\x05not a pickle")
+        entry.write_bytes(b"" if number % 2 else b"\x80\x05not json")
     cache = new_cache(tmp_path / "cache")
     assert scan(project, cache) == fresh
     # Every entry was asked for and missed (hits are of what this scan wrote again: the facts of a
@@ -221,3 +222,108 @@ def test_entries_of_other_loopaudit_versions_are_removed(tmp_path):
     cache = new_cache(tmp_path / "cache")
     assert scan(tmp_path / "p", cache) == scan(tmp_path / "p")
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) == sorted([cache.folder.name, "notes"])
+
+
+def _entries(cache_folder: Path) -> list[Path]:
+    """The entry files of a cache folder (below its version folder), not its markers."""
+    return [p for p in cache_folder.glob("*/*/*") if p.is_file()]
+
+
+def test_a_crafted_pickle_entry_committed_to_the_repository_runs_no_code(tmp_path):
+    """The attack the cache once allowed: a pull request commits `.loopaudit_cache/...` entries that
+    unpickle into code. Entries are JSON read into declared types now, so the payload is inert."""
+    write_project(tmp_path, {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    fresh = run_cli("scan", ".", "--output-format", "json", "--no-cache", cwd=tmp_path, env={"LOOPAUDIT_CACHE_DIR": ""})
+    run_cli("scan", ".", cwd=tmp_path, env={"LOOPAUDIT_CACHE_DIR": ""})
+    entries = _entries(tmp_path / FOLDER_NAME)
+    assert entries
+    marker = tmp_path / "payload-ran"
+    payload = f"cos\nsystem\n(Vtouch {marker}\ntR.".encode()  # pickle.loads() of it runs `touch`
+    for entry in entries:
+        entry.write_bytes(payload)
+    again = run_cli("scan", ".", "--output-format", "json", cwd=tmp_path, env={"LOOPAUDIT_CACHE_DIR": ""})
+    assert not marker.exists()
+    assert (again.returncode, again.out) == (fresh.returncode, fresh.out)
+
+
+def test_entries_written_with_another_users_key_or_edited_since_are_misses(tmp_path, monkeypatch):
+    """An entry is signed with a key kept outside the project: one made elsewhere (a committed cache
+    folder) or edited after it was written never stands in for an analysis."""
+    project = tmp_path / "project"
+    write_project(project, PROJECTS["two projects in one scan: each utils.py is the one beside its caller"])
+    fresh = scan(project)
+    assert fresh
+    monkeypatch.setattr(cache_module, "_SIGNING_KEY", None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-user"))
+    scan(project, new_cache(tmp_path / "cache"))
+    written = {entry: entry.read_bytes() for entry in _entries(tmp_path / "cache")}
+    monkeypatch.setattr(cache_module, "_SIGNING_KEY", None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "this-user"))
+    cache = new_cache(tmp_path / "cache")
+    assert scan(project, cache) == fresh
+    assert cache.misses >= len(written)
+    # Every entry was analysed again and stored under this user's key (a hit may still come from an
+    # entry this scan wrote itself: the facts of a round whose summaries are those of the round before).
+    assert all(entry.read_bytes() != old for entry, old in written.items())
+    # Entries this user signed, then edited to change every finding: the signature no longer fits.
+    edited = [entry for entry in _entries(tmp_path / "cache") if b'"LA1' in entry.read_bytes()]
+    assert edited
+    for entry in edited:
+        signature, _, body = entry.read_bytes().partition(b"\n")
+        entry.write_bytes(signature + b"\n" + body.replace(b'"LA1', b'"XX1'))
+    cache = new_cache(tmp_path / "cache")
+    assert scan(project, cache) == fresh
+    assert cache.misses >= len(edited)
+
+
+@pytest.mark.parametrize("body", [
+    b"",
+    b"not json",
+    b"\xff\xfe",
+    b"[]",
+    b'["KEY"]',
+    b'["another key", [[], [], null, null]]',
+    b'["KEY", 7]',
+    b'["KEY", [[], [], null]]',
+    b'["KEY", [[7], [], null, null]]',
+    b'["KEY", [[], ["a problem", 3], null, null]]',
+    b'["KEY", [[], [], NaN, null]]',
+    b'["KEY", [[], [], null, 1' + b"0" * 5000 + b"]]",
+    b'["KEY", ' + b"[" * 100_000 + b"]" * 100_000 + b"]",
+    b'["KEY", [[["LA101", "m", "f.py", [1, 1], [1, "one"], "warning", null, null, null, null, null, null, null]], [], null, null]]',
+])
+def test_signed_entries_that_do_not_fit_their_type_are_misses(tmp_path, body):
+    """Even an entry this user's key signed is read only into the type asked for: anything else
+    (wrong shapes, non-finite numbers, huge numbers, deep nesting) is a miss, never a crash."""
+    cache = new_cache(tmp_path / "cache")
+    key = "ab" + "0" * 38
+    entry = cache.folder / key[:2] / key[2:]
+    entry.parent.mkdir(parents=True)
+    body = body.replace(b"KEY", key.encode())
+    entry.write_bytes(cache._sign(body) + b"\n" + body)
+    assert cache.get(key, engine.Outcome) is None
+    assert (cache.hits, cache.misses) == (0, 1)
+
+
+def test_an_entry_reads_back_as_the_value_that_was_stored(tmp_path):
+    cache = new_cache(tmp_path / "cache")
+    key = "cd" + "1" * 38
+    outcome = ([], ["f.py: ValueError: x"], '{"summary": "as text"}', "digest")
+    cache.put(key, outcome, engine.Outcome)
+    assert cache.get(key, engine.Outcome) == outcome
+    assert cache.hits == 1
+
+
+def test_a_missing_or_broken_signing_key_is_reported_and_the_scan_goes_on(tmp_path):
+    write_project(tmp_path, {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    (tmp_path / "home-cache").write_text("a file where the key's folder would be")
+    env = {"LOOPAUDIT_CACHE_DIR": "", "XDG_CACHE_HOME": str(tmp_path / "home-cache")}
+    result = run_cli("scan", "train.py", "--output-format", "concise", cwd=tmp_path, env=env)
+    assert result.returncode == 1 and "train.py:4" in result.out
+    assert "cannot keep the cache's signing key" in result.err and "scanning without a cache" in result.err
+    assert not _entries(tmp_path / FOLDER_NAME)
+    (tmp_path / "home-cache").unlink()
+    (tmp_path / "home-cache" / "loopaudit").mkdir(parents=True)
+    (tmp_path / "home-cache" / "loopaudit" / "cache-key").write_bytes(b"short")
+    result = run_cli("scan", "train.py", "--output-format", "concise", cwd=tmp_path, env=env)
+    assert result.returncode == 1 and "not a loopaudit key" in result.err
