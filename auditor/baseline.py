@@ -3,11 +3,16 @@
 `--write-baseline FILE` records today's findings by fingerprint (see fingerprint.py); `--baseline
 FILE` then reports only findings whose fingerprint is not in it. A finding moved by unrelated edits
 keeps its fingerprint and stays hidden; a new one, or an old line rewritten, is reported.
+
+The file is a JSON object: `loopaudit_baseline` (the format's version), `written_by`, and `findings`,
+a list of objects whose `fingerprint` is what `--baseline` reads; their `code`, `filename`, `line`
+and `message` are for people reading the file. Anything else is not a baseline, and says so.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,8 +20,10 @@ from . import __version__
 from .atomic import write_atomically
 from .finding import Finding
 from .fingerprint import fingerprints
+from .reporting.safe_text import json_ready
 
 FORMAT_VERSION = 1
+_FINGERPRINT = re.compile(r"[0-9a-f]{32}")  # what fingerprint.py writes
 
 
 class BaselineError(Exception):
@@ -35,19 +42,41 @@ def write(path: Path, findings: Sequence[Finding]) -> None:
         raise BaselineError(f"--write-baseline: the folder of {path} does not exist")
     if path.is_dir():
         raise BaselineError(f"--write-baseline: {path} is a folder; give the baseline file's name")
-    write_atomically(path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+    # json_ready: a file name that is not UTF-8 is written `\xff`; the fingerprint keeps its bytes.
+    write_atomically(path, (json.dumps(json_ready(document), indent=2) + "\n").encode("utf-8"))
 
 
 def load(path: Path) -> frozenset[str]:
+    """The fingerprints of the baseline at `path`; BaselineError, saying what is wrong, for a file
+    that is missing, unreadable, not JSON or not shaped as `write` writes it."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BaselineError(f"--baseline: no such file: {path} (create it with --write-baseline)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except RecursionError:  # json's parser recurses once per nested array or object
+        raise BaselineError(f"--baseline: {path} is not a loopaudit baseline: its JSON is nested too deeply") from None
+    except (OSError, ValueError) as error:  # ValueError: not UTF-8, not JSON, an integer of 5,000 digits
         raise BaselineError(f"--baseline: {path} is not a loopaudit baseline: {error}") from None
-    if not isinstance(document, dict) or document.get("loopaudit_baseline") != FORMAT_VERSION or not isinstance(document.get("findings"), list):
-        raise BaselineError(f"--baseline: {path} is not a loopaudit baseline (version {FORMAT_VERSION})")
-    return frozenset(str(entry.get("fingerprint")) for entry in document["findings"] if isinstance(entry, dict))
+    problem = _shape_problem(document)
+    if problem is not None:
+        raise BaselineError(f"--baseline: {path} is not a loopaudit baseline (version {FORMAT_VERSION}): {problem}")
+    return frozenset(entry["fingerprint"] for entry in document["findings"])
+
+
+def _shape_problem(document: object) -> str | None:
+    """What keeps `document` from being a baseline `write` wrote, or None."""
+    if not isinstance(document, dict):
+        return "the file holds no JSON object"
+    version = document.get("loopaudit_baseline")
+    if type(version) is not int or version != FORMAT_VERSION:  # type(): True == 1, but is no version
+        return f"`loopaudit_baseline` is not {FORMAT_VERSION}"
+    if not isinstance(document.get("findings"), list):
+        return "`findings` is not a list"
+    for number, entry in enumerate(document["findings"]):
+        fingerprint = entry.get("fingerprint") if isinstance(entry, dict) else None
+        if not isinstance(fingerprint, str) or not _FINGERPRINT.fullmatch(fingerprint):
+            return f"findings[{number}] has no `fingerprint` of 32 hexadecimal digits"
+    return None
 
 
 def new_findings(findings: Sequence[Finding], known: frozenset[str]) -> list[Finding]:

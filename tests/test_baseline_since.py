@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from loopaudit.finding import Finding, Location
+from loopaudit.fingerprint import fingerprints
+
 from .conftest import run_cli
 
 LEGACY = textwrap.dedent("""\
@@ -78,6 +81,72 @@ def test_bad_baseline_use_is_a_clear_error(tmp_path, setup, args, message):
         (tmp_path / "bad.json").write_text(setup)
     result = run_cli("scan", "train.py", *args, cwd=tmp_path)
     assert result.returncode == 2 and message in result.err
+
+
+VALID_ENTRY = {"fingerprint": "5e2dd45f9c15a168806f3cddd900b831", "code": "LA101", "filename": "train.py", "line": 7, "message": "m"}
+
+
+def baseline_of(findings: object, version: object = 1) -> bytes:
+    return json.dumps({"loopaudit_baseline": version, "written_by": "loopaudit 0.1.0", "findings": findings}).encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"findings": ' + b"[" * 100_000, "nested too deeply"),
+        (b"\xff\xfe{}", "can't decode"),
+        (b'{"loopaudit_baseline": 1' + b"0" * 5000 + b"}", "not a loopaudit baseline"),
+        (baseline_of([VALID_ENTRY]) + b" trailing", "Extra data"),
+        (b"[]", "holds no JSON object"),
+        (b'"a string"', "holds no JSON object"),
+        (b"null", "holds no JSON object"),
+        (baseline_of([], version=True), "`loopaudit_baseline` is not 1"),
+        (baseline_of([], version=1.0), "`loopaudit_baseline` is not 1"),
+        (baseline_of([], version="1"), "`loopaudit_baseline` is not 1"),
+        (baseline_of([], version=2), "`loopaudit_baseline` is not 1"),
+        (baseline_of({"a": 1}), "`findings` is not a list"),
+        (baseline_of(None), "`findings` is not a list"),
+        (baseline_of([VALID_ENTRY, 7]), "findings[1] has no `fingerprint`"),
+        (baseline_of([["5e2dd45f9c15a168806f3cddd900b831"]]), "findings[0] has no `fingerprint`"),
+        (baseline_of([{"code": "LA101"}]), "findings[0] has no `fingerprint`"),
+        (baseline_of([{"fingerprint": None}]), "findings[0] has no `fingerprint`"),
+        (baseline_of([{"fingerprint": 12345678901234567890123456789012}]), "findings[0] has no `fingerprint`"),
+        (baseline_of([{"fingerprint": ["5e2dd45f9c15a168806f3cddd900b831"]}]), "findings[0] has no `fingerprint`"),
+        (baseline_of([{"fingerprint": "5e2dd45f"}]), "findings[0] has no `fingerprint`"),
+        (baseline_of([{"fingerprint": "\udcff" * 32}]), "findings[0] has no `fingerprint`"),
+    ],
+    ids=[
+        "nested-arrays", "nested-in-object", "not-utf-8", "5000-digit-version", "trailing-data", "a-list", "a-string",
+        "null", "version-true", "version-float", "version-string", "version-2", "findings-object", "findings-null",
+        "entry-number", "entry-list", "no-fingerprint", "fingerprint-null", "fingerprint-number", "fingerprint-list",
+        "fingerprint-short", "fingerprint-surrogates",
+    ],
+)
+def test_a_malformed_baseline_is_not_a_baseline_and_says_why(tmp_path, content, message):
+    (tmp_path / "train.py").write_text(LEGACY)
+    (tmp_path / "bad.json").write_bytes(content)
+    result = run_cli("scan", "train.py", "--baseline", "bad.json", cwd=tmp_path)
+    assert result.returncode == 2, result.err
+    assert "--baseline: bad.json is not a loopaudit baseline" in result.err and message in result.err
+
+
+def test_a_baseline_needs_no_more_than_its_fingerprints(tmp_path):
+    (tmp_path / "train.py").write_text(LEGACY)
+    (fingerprint,) = fingerprints([Finding("LA101", "", "train.py", Location(7, 11), Location(7, 22), source_line="    print(loss.item())")])
+    (tmp_path / "other.json").write_bytes(baseline_of([{"fingerprint": fingerprint}, {"fingerprint": "0" * 32}]))
+    assert codes_and_lines(tmp_path, "--baseline", "other.json") == [("LA101", 8)]
+
+
+def test_fingerprints_of_utf_8_names_are_those_baselines_were_written_with():
+    """The fingerprint hashes a name's bytes (os.fsencode, so that a name that is not UTF-8 has
+    one): for a UTF-8 name those are the bytes hashed when these fingerprints were first written."""
+    written = [
+        Finding("LA101", "m", "src/train.py", Location(7, 11), Location(7, 22), source_line="    total = loss.item()"),
+        Finding("LA101", "m", "src/train.py", Location(9, 11), Location(9, 22), source_line="  total =   loss.item()  "),
+        Finding("LA202", "m", "café\\x.py", Location(1, 1), Location(1, 2)),
+    ]
+    assert fingerprints(written) == ["5e2dd45f9c15a168806f3cddd900b831", "7ff1ea41e2abd4bf271666762eba29d2", "c8c86c97f04754094217cef04603fd59"]
 
 
 def git(*args: str, cwd: Path) -> None:

@@ -36,16 +36,25 @@ def formatted(fmt: str, *paths: str) -> str:
     return result.out
 
 
+def sarif_validator() -> jsonschema.Draft4Validator:
+    """The official schema with its formats checked: `uri-reference` needs rfc3986-validator (or
+    rfc3987) installed, without which jsonschema passes any string as a URI."""
+    assert "uri-reference" in jsonschema.FormatChecker().checkers, "pip install rfc3986-validator"
+    return jsonschema.Draft4Validator(official_sarif_schema(), format_checker=jsonschema.FormatChecker())
+
+
 def test_sarif_validates_against_the_official_schema_and_carries_every_finding(scanned):
     document = json.loads(formatted("sarif"))
-    validator = jsonschema.Draft4Validator(official_sarif_schema(), format_checker=jsonschema.FormatChecker())
+    validator = sarif_validator()
     errors = sorted(validator.iter_errors(document), key=lambda error: list(error.path))
     assert errors == [], "\n".join(f"{list(e.path)}: {e.message}" for e in errors[:5])
-    # The schema is strict enough to catch a broken log (the check is not vacuous).
+    # The schema is strict enough to catch a broken log (the check is not vacuous), a raw file name
+    # where a URI reference belongs included.
     broken = json.loads(json.dumps(document))
     broken["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"] = 0
     broken["runs"][0]["results"][0]["level"] = "fatal"
-    assert len(list(validator.iter_errors(broken))) == 2
+    broken["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] = "space name.py"
+    assert len(list(validator.iter_errors(broken))) == 3
     (run,) = document["runs"]
     rules = run["tool"]["driver"]["rules"]
     results = run["results"]
@@ -62,7 +71,7 @@ def test_sarif_validates_against_the_official_schema_and_carries_every_finding(s
 def test_sarif_without_findings_is_still_a_valid_log(tmp_path):
     (tmp_path / "clean.py").write_text("print('nothing to see')\n")
     document = json.loads(formatted("sarif", str(tmp_path / "clean.py")))
-    jsonschema.Draft4Validator(official_sarif_schema()).validate(document)
+    sarif_validator().validate(document)
     assert document["runs"][0]["results"] == []
 
 

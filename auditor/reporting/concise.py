@@ -1,4 +1,8 @@
-"""One line per finding: `path:row:col: CODE message`, the shape editors and grep understand."""
+"""One line per finding: `path:row:col: CODE message`, the shape editors and grep understand.
+
+A name or message cannot break the line or reach the terminal as a control character
+(safe_text.terminal_ready), and the stream gets only what its encoding can carry.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ..finding import Finding
+from .safe_text import EncodableStream, terminal_ready
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
+    stream = EncodableStream(out)
     for f in findings:
-        out.write(f"{f.filename}:{f.location.row}:{f.location.column}: {f.code} {f.message}\n")
+        stream.write(terminal_ready(f"{f.filename}:{f.location.row}:{f.location.column}: {f.code} {f.message}") + "\n")

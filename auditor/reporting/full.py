@@ -1,5 +1,10 @@
 """The default, for people: each finding with its source line, the span underlined, why it runs per
-step, and what to write instead. Colour comes from rich when the output is a terminal."""
+step, and what to write instead. Colour comes from rich when the output is a terminal.
+
+Names and code are shown through safe_text.terminal_ready (control characters as their pictures,
+as ruff shows them) and in what the stream's encoding can carry; the underline is measured on the
+line as shown.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,14 @@ from rich.console import Console
 from rich.text import Text
 
 from ..finding import Finding
+from .safe_text import EncodableStream, encodable, terminal_ready
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
-    console = Console(file=out, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True)
+    stream = EncodableStream(out)
+    console = Console(file=stream, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True)
     for f in findings:
-        console.print(_finding(f))
+        console.print(_finding(f, stream.encoding))
 
 
 def describe_observed(observed: dict) -> str:
@@ -34,20 +41,25 @@ def describe_observed(observed: dict) -> str:
     return ", ".join(parts)
 
 
-def _finding(f: Finding) -> Text:
+def _finding(f: Finding, encoding: str) -> Text:
+    def shown(part: str) -> str:
+        return encodable(terminal_ready(part), encoding)
+
     text = Text()
-    text.append(f"{f.filename}:{f.location.row}:{f.location.column}", style="bold")
+    text.append(f"{shown(f.filename)}:{f.location.row}:{f.location.column}", style="bold")
     text.append(": ")
     text.append(f.code, style="bold red" if f.severity == "error" else "bold yellow")
-    text.append(f" {f.message}\n")
+    text.append(f" {shown(f.message)}\n")
     gutter = " " * len(str(f.location.row))
     if f.source_line is not None:
         line = f.source_line.expandtabs(4) if "\t" not in f.source_line[: f.location.column] else f.source_line
         text.append(f"{gutter} |\n", style="blue")
         text.append(f"{f.location.row} | ", style="blue")
-        text.append(f"{line}\n")
+        text.append(f"{shown(line)}\n")
         start = f.location.column - 1
         end = f.end_location.column - 1 if f.end_location.row == f.location.row else len(line)
+        # An escaped character (`\xe9` on an ASCII terminal) is wider than one column.
+        start, end = len(shown(line[:start])), len(shown(line[:end]))
         width = max(1, end - start)
         text.append(f"{gutter} | ", style="blue")
         text.append(" " * start + "^" * width, style="bold red" if f.severity == "error" else "bold yellow")
@@ -56,7 +68,7 @@ def _finding(f: Finding) -> Text:
     if f.context:
         text.append(f"{gutter} = ", style="blue")
         text.append("per step: ", style="bold")
-        text.append(f"{f.context}\n")
+        text.append(f"{shown(f.context)}\n")
     if f.observed:
         text.append(f"{gutter} = ", style="blue")
         text.append("measured: ", style="bold")
@@ -64,5 +76,5 @@ def _finding(f: Finding) -> Text:
     if f.suggestion:
         text.append(f"{gutter} = ", style="blue")
         text.append("help: ", style="bold cyan")
-        text.append(f"{f.suggestion}\n")
+        text.append(f"{shown(f.suggestion)}\n")
     return text

@@ -1,4 +1,9 @@
-"""GitHub Actions workflow commands: each finding becomes an annotation on the pull request."""
+"""GitHub Actions workflow commands: each finding becomes an annotation on the pull request.
+
+The runner reads stdout line by line, splits a command's properties at `,` and its key from its
+value at `=`, and undoes exactly these escapes (actions/runner, ActionCommand.cs): `%`, CR and LF
+in the message; those and `:` and `,` in a property. Any file name and message survive them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ..finding import Finding
+from .safe_text import EncodableStream
 
 
 def _escape_data(text: str) -> str:
@@ -17,6 +23,7 @@ def _escape_property(text: str) -> str:
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
+    stream = EncodableStream(out)  # the runner reads UTF-8: a name that is not gets its bytes as `\xff`
     for f in findings:
         level = "error" if f.severity == "error" else "warning"
         properties = ",".join([
@@ -27,4 +34,4 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
             f"endLine={f.end_location.row}",
             f"endColumn={f.end_location.column}",
         ])
-        out.write(f"::{level} {properties}::{_escape_data(f'{f.code} {f.message}')}\n")
+        stream.write(f"::{level} {properties}::{_escape_data(f'{f.code} {f.message}')}\n")

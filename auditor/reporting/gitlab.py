@@ -9,6 +9,7 @@ from typing import TextIO
 
 from ..finding import Finding
 from ..fingerprint import fingerprints
+from .safe_text import json_ready
 
 # Code Quality's severities: info, minor, major, critical, blocker.
 _SEVERITIES = {"error": "critical", "warning": "major", "info": "info"}
@@ -28,5 +29,5 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
         }
         for finding, fingerprint in zip(findings, fingerprints(findings))
     ]
-    json.dump(report, out, indent=2)
+    json.dump(json_ready(report), out, indent=2)
     out.write("\n")

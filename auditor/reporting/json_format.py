@@ -1,4 +1,5 @@
-"""A JSON list shaped like ruff's `--output-format json`, plus `severity`, `context` and `suggestion`."""
+"""A JSON list shaped like ruff's `--output-format json`, plus `severity`, `context` and `suggestion`.
+Strings are exact, but for the bytes of a file name that is not UTF-8, written `\\xff` (safe_text.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ..finding import Finding
+from .safe_text import json_ready
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
-    json.dump([f.to_json() for f in findings], out, indent=2)
+    json.dump(json_ready([f.to_json() for f in findings]), out, indent=2)
     out.write("\n")

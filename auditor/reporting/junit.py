@@ -1,5 +1,10 @@
 """JUnit XML, for CI systems that show test reports: one test case per file scanned with findings,
-one failure per finding (as ruff's junit format)."""
+one failure per finding (as ruff's junit format).
+
+Every name and message goes through safe_text.xml_ready (XML 1.0 cannot carry most control
+characters, even as references), and the document is written in ASCII with character references,
+so that it parses whatever the stream's encoding.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import TextIO
 from xml.etree import ElementTree
 
 from ..finding import Finding
+from .safe_text import xml_ready
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
@@ -17,15 +23,18 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     for finding in findings:
         by_file[finding.filename].append(finding)
     for filename, found in sorted(by_file.items()):
-        suite = ElementTree.SubElement(suites, "testsuite", name=filename, tests=str(len(found)), failures=str(len(found)), errors="0")
+        name = xml_ready(filename)
+        suite = ElementTree.SubElement(suites, "testsuite", name=name, tests=str(len(found)), failures=str(len(found)), errors="0")
         for finding in found:
+            where = f"{name}:{finding.location.row}:{finding.location.column}"
             case = ElementTree.SubElement(
-                suite, "testcase", name=f"{finding.code} at {filename}:{finding.location.row}:{finding.location.column}",
-                classname=filename, file=filename, line=str(finding.location.row),
+                suite, "testcase", name=f"{finding.code} at {where}", classname=name, file=name, line=str(finding.location.row),
             )
-            failure = ElementTree.SubElement(case, "failure", message=finding.message, type=finding.code)
-            failure.text = f"{filename}:{finding.location.row}:{finding.location.column}: {finding.code} {finding.message}"
+            message = xml_ready(finding.message)
+            failure = ElementTree.SubElement(case, "failure", message=message, type=finding.code)
+            failure.text = f"{where}: {finding.code} {message}"
     ElementTree.indent(suites)
     out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
-    out.write(ElementTree.tostring(suites, encoding="unicode"))
+    # us-ascii: ElementTree writes every other character as a reference, and no declaration of its own.
+    out.write(ElementTree.tostring(suites, encoding="us-ascii").decode("ascii"))
     out.write("\n")

@@ -1,6 +1,11 @@
 """The terminal report of `loopaudit run` and `loopaudit analyze`: where the step time went (a table
 and a bar per step), the sync sites, the DataLoaders, the findings with their source lines, and the
-static findings next to what was measured."""
+static findings next to what was measured.
+
+What comes from the script or the trace (file names, calls, operators, datasets, the device's name)
+is shown through `_shown`: never read as rich markup, control characters as their pictures. The
+console writes only what the stream's encoding can carry (safe_text.EncodableStream).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from ..profiling.evidence import describe_site
 from ..profiling.timing import steps_phrase
 from ..profiling.trace_analysis import TraceAnalysis
 from . import full
+from .safe_text import EncodableStream, terminal_ready
 
 _BAR_WIDTH = 48
 _MAX_BARS = 40
@@ -30,7 +36,13 @@ _PART_NAME = {"compute": "compute", "data_wait": "data wait", "sync_stall": "syn
 
 
 def _console(out: TextIO, color: bool) -> Console:
-    return Console(file=out, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=120)
+    return Console(file=EncodableStream(out), force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=120)
+
+
+def _shown(text: str, style: str = "") -> Text:
+    """Text from outside loopaudit: a table cell given a str would read `[bold]` in a file name as
+    markup (and fail on `[/x]`), and a terminal would act on its control characters."""
+    return Text(terminal_ready(text), style=style)
 
 
 def _ms(value: float | None) -> str:
@@ -103,7 +115,7 @@ def _sync_sites(console: Console, audit: RunAudit) -> None:
         scan = ", ".join(site.static_codes) if site.static_codes else "not found"
         if not site.on_step_path:
             scan += " (periodic: not reported)"
-        table.add_row(f"{site.filename}:{record.line}", Text(what), f"{audit.evidence.per_step(record.count):g}",
+        table.add_row(_shown(f"{site.filename}:{record.line}"), _shown(what), f"{audit.evidence.per_step(record.count):g}",
                       str(record.count), stall, scan)
     console.print(table)
     console.print()
@@ -118,7 +130,7 @@ def _loaders(console: Console, audit: RunAudit) -> None:
     total = audit.evidence.step_seconds or 1.0
     for _, loader in loaders:
         where = f"{display_path(loader.file)}:{loader.line}" if loader.file else "(created outside the script)"
-        console.print(Text(
+        console.print(_shown(
             f"  {where}  {loader.dataset}, batch_size={loader.batch_size}, num_workers={loader.num_workers}, "
             f"pin_memory={loader.pin_memory}, persistent_workers={loader.persistent_workers}, "
             f"prefetch_factor={loader.prefetch_factor}: waited {_ms(loader.wait_seconds * 1000 / steps)} per step "
@@ -148,7 +160,7 @@ def _static(console: Console, audit: RunAudit) -> None:
             verdict, style, measured = "not confirmed", "yellow", "not seen in the measured steps"
         else:
             verdict, style, measured = "not measurable", "dim", check.unmeasurable_because or ""
-        table.add_row(Text(verdict, style=style), f"{f.filename}:{f.location.row}:{f.location.column}", f.code, Text(measured))
+        table.add_row(Text(verdict, style=style), _shown(f"{f.filename}:{f.location.row}:{f.location.column}"), f.code, Text(measured))
     console.print(table)
     console.print()
 
@@ -156,9 +168,9 @@ def _static(console: Console, audit: RunAudit) -> None:
 
 def render_run(audit: RunAudit, breakdown: Breakdown, headline: str, notes: Sequence[str], out: TextIO, color: bool) -> None:
     console = _console(out, color)
-    console.print(Text(headline, style="bold"))
+    console.print(_shown(headline, style="bold"))
     for note in notes:
-        console.print(Text(note))
+        console.print(_shown(note))
     console.print()
     if breakdown.rows:
         _breakdown(console, breakdown, "no GPU: nothing stalls" if not audit.evidence.cuda else "")
@@ -178,8 +190,8 @@ def render_run(audit: RunAudit, breakdown: Breakdown, headline: str, notes: Sequ
 def render_trace(analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     console = _console(out, color)
     steps = "no ProfilerStep marks: the whole trace is one span" if not analysis.marks_steps else f"{len(analysis.steps)} profiler steps"
-    console.print(Text(f"loopaudit analyze: {analysis.path}", style="bold"))
-    console.print(Text(f"{analysis.device}, {steps}"))
+    console.print(_shown(f"loopaudit analyze: {analysis.path}", style="bold"))
+    console.print(_shown(f"{analysis.device}, {steps}"))
     console.print()
     if breakdown.rows:
         _breakdown(console, breakdown, "CPU-only trace: nothing stalls")
@@ -190,7 +202,7 @@ def render_trace(analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequen
         for column in ("sync call", "operator", "python frame", "calls", "steps", "stall"):
             table.add_column(column)
         for site in analysis.syncs:
-            table.add_row(site.call, site.operator or "", str(site.frame) if site.frame else "", str(site.count),
+            table.add_row(_shown(site.call), _shown(site.operator or ""), _shown(str(site.frame) if site.frame else ""), str(site.count),
                           str(site.steps), _ms(site.stall_us / 1000) if site.proven else "— (no GPU)")
         console.print()
         console.print(table)
@@ -199,7 +211,7 @@ def render_trace(analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequen
         for column in ("pageable copy", "operator", "python frame", "copies", "bytes", "GPU time"):
             table.add_column(column)
         for copy in analysis.copies:
-            table.add_row(copy.kind, copy.operator or "", str(copy.frame) if copy.frame else "", str(copy.count),
+            table.add_row(_shown(copy.kind), _shown(copy.operator or ""), _shown(str(copy.frame) if copy.frame else ""), str(copy.count),
                           f"{copy.bytes:,}", _ms(copy.duration_us / 1000))
         console.print()
         console.print(table)

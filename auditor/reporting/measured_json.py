@@ -10,6 +10,7 @@ from typing import TextIO
 from ..profiling.audit import RunAudit, display_path
 from ..profiling.breakdown import Breakdown
 from ..profiling.trace_analysis import TraceAnalysis
+from .safe_text import json_ready
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
@@ -117,5 +118,6 @@ def trace_document(analysis: TraceAnalysis, breakdown: Breakdown, findings) -> d
 
 
 def write(document: dict, out: TextIO) -> None:
-    json.dump(document, out, indent=2)
+    """As valid JSON whatever the trace or the script's paths hold (safe_text.json_ready)."""
+    json.dump(json_ready(document), out, indent=2)
     out.write("\n")

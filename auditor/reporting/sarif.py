@@ -2,7 +2,8 @@
 documentation, one result per finding with its region and a fingerprint that survives line shifts.
 
 Paths are relative to the working directory, marked with `%SRCROOT%` (run the scan from the
-repository root, as the upload action expects).
+repository root, as the upload action expects). SARIF wants URI references there, not names: each is
+the exact bytes of the file's name, percent-encoded (`artifact_uri`).
 """
 
 from __future__ import annotations
@@ -11,16 +12,25 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import quote_from_bytes
 
 from .. import __version__
 from ..finding import Finding
-from ..fingerprint import fingerprints
+from ..fingerprint import filename_bytes, fingerprints
 from ..registry import rule_by_code
+from .safe_text import json_ready
 
 INFORMATION_URI = "https://github.com/loopaudit/loopaudit"
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 # SARIF's levels for our severities.
 _LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def artifact_uri(filename: str) -> str:
+    """The file as a relative URI reference (RFC 3986): the bytes of its name, every one but the
+    unreserved ones and `/` percent-encoded. Exact and reversible (a consumer decodes `rate%2525.py`
+    to `rate%25.py`, `bad%FFname.py` to the bytes on disk), never a scheme (`co:m.py` is `co%3Am.py`)."""
+    return quote_from_bytes(filename_bytes(Path(filename).as_posix()), safe="/")
 
 
 def _rule_descriptor(code: str, url: str | None) -> dict:
@@ -61,7 +71,7 @@ def document(findings: Sequence[Finding]) -> dict:
             "message": {"text": finding.message + (f"\nHelp: {finding.suggestion}" if finding.suggestion else "")},
             "locations": [{
                 "physicalLocation": {
-                    "artifactLocation": {"uri": Path(finding.filename).as_posix(), "uriBaseId": "%SRCROOT%"},
+                    "artifactLocation": {"uri": artifact_uri(finding.filename), "uriBaseId": "%SRCROOT%"},
                     "region": region,
                 },
             }],
@@ -85,5 +95,5 @@ def document(findings: Sequence[Finding]) -> dict:
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
-    json.dump(document(findings), out, indent=2)
+    json.dump(json_ready(document(findings)), out, indent=2)
     out.write("\n")
