@@ -173,7 +173,8 @@ def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, for
     files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
     workers = jobs or os.cpu_count() or 1
     items = [(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files]
-    return analyze_many(items, workers, progress, cache), files
+    # Isolated: a file that crashes the parser or runs for minutes costs that file alone (workers.py).
+    return analyze_many(items, workers, progress, cache, isolated=True), files
 
 
 def _narrow(findings, since: str | None, known: frozenset[str] | None):

@@ -29,13 +29,17 @@ from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .module_index import ModuleIndex, build_index
 from .origins import LineMarks, LineResolver
 from .plain_data import from_plain, to_plain
-from .positions import Positions, print_rewritten
+from .positions import Positions, print_rewritten, source_lines
+from .python_check import TooComplex, too_complex_for_python
+from .form_feeds import without_leading_form_feeds
 from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, TextFacts, derive_facts, marked_folders, summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Report, Rule
 from .stepmodel import StepModel, StepReason
 from .suppression import is_suppressed, suppressions
 from .tensors import TensorInference
+from .workers import DEFAULT_CPU_SECONDS, FileFailure, WorkerPool
+from .rules.files.not_analysed import NotAnalysedRule as NOT_ANALYSED
 from .rules.files.syntax_error import SyntaxErrorRule as SYNTAX_ERROR
 from .rules.files.unreadable_file import UnreadableFileRule as UNREADABLE_FILE
 
@@ -139,20 +143,50 @@ def analyze_source(
     driven = facts is not None and facts.demand_analysis()
     if not explicit and not driven and not passes_prefilter(text, options, in_project=facts is not None):
         return FileAnalysis([])
+    # libcst misreads a form feed before code; CPython's reading of the line is analysed (form_feeds.py).
+    parsed_text, shifted = without_leading_form_feeds(text)
     try:
         # Only a project's files are analysed again in later rounds: a library's are not kept.
-        module = _RECENT_MODULES.parse(text, keep=facts is not None)
+        module = _RECENT_MODULES.parse(parsed_text, keep=facts is not None)
+    except _RefusedByPython as refused:
+        message = f"syntax error, the file cannot be parsed: {refused.why.reason}"
+        return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message, refused.why.line, refused.why.column, text))
     except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
-        row, column, reason = _syntax_error_position(text, error)
-        message = f"syntax error, the file cannot be parsed: {reason}"
-        return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message, row, column, text))
+        return FileAnalysis(_parse_failure(text, display_name, options, error))
     if not source_rules or ("torch" not in text and facts is None):
         return FileAnalysis([])
     try:
-        return _apply_rules(module, text, display_name, source_rules, options, facts, path)
+        analysis = _apply_rules(module, parsed_text, display_name, source_rules, options, facts, path)
     except RecursionError:
-        message = "the file nests too deeply to analyse (an expression or block thousands of levels deep)"
-        return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message))
+        message = "loopaudit could not analyse the file: it nests too deeply for the analysis"
+        return FileAnalysis(_file_problem(NOT_ANALYSED, display_name, options, message))
+    return _restore_form_feeds(analysis, text, shifted) if shifted else analysis
+
+
+class _RefusedByPython(Exception):
+    """CPython's own parser refuses the text for its size or nesting (python_check.py)."""
+
+    def __init__(self, why: TooComplex) -> None:
+        self.why = why
+
+
+def _restore_form_feeds(analysis: FileAnalysis, text: str, shifted: dict[int, int]) -> FileAnalysis:
+    """Findings of a text analysed without the form feeds at its lines' starts, placed in the text
+    itself: the columns of those lines move back, and the source lines are the file's. Fixes are
+    dropped, since their edits are offsets in the other text (the finding stays, to fix by hand)."""
+    lines = source_lines(text)
+
+    def placed(location: Location) -> Location:
+        return Location(location.row, location.column + shifted.get(location.row, 0))
+
+    findings = [
+        replace(
+            finding, location=placed(finding.location), end_location=placed(finding.end_location), fix=None,
+            source_line=lines[finding.location.row - 1] if finding.location.row <= len(lines) else None,
+        )
+        for finding in analysis.findings
+    ]
+    return FileAnalysis(findings, analysis.summary)
 
 
 class _RecentModules:
@@ -188,6 +222,11 @@ class _RecentModules:
         if module is not None:
             self._modules.move_to_end(text)
             return module
+        # libcst has no guard against what overflows its stack or runs for minutes: CPython's limits
+        # are checked first (python_check.py), once per text, as the tree is kept once parsed.
+        refused = too_complex_for_python(text)
+        if refused is not None:
+            raise _RefusedByPython(refused)
         # An index kept across a parse would be frozen with the new tree and, holding cycles,
         # never freed once dropped (collector.py): indexes serve re-analyses with no parse between.
         self._indexes.clear()
@@ -205,21 +244,25 @@ class _RecentModules:
 _RECENT_MODULES = _RecentModules(limit=1_000_000)  # about 25,000 lines: 50 MB of trees per process
 
 
-def _syntax_error_position(text: str, error: Exception) -> tuple[int, int, str]:
-    """Where and why the file does not parse, in Python's own words when Python agrees.
-
-    libcst's native parser puts the position only in its message text; CPython's parser gives a
-    precise line, column and message, and runs only for files that already failed.
-    """
+def _parse_failure(text: str, display_name: str, options: ScanOptions, error: Exception) -> list[Finding]:
+    """What to report when libcst cannot parse the text: a syntax error where Python agrees, in
+    Python's own words and position (CPython's parser runs only for files that already failed);
+    where Python accepts the text, that loopaudit could not analyse it (libcst lags a grammar, or
+    gives up on what CPython takes)."""
     try:
         compile(text, "<scanned>", "exec", dont_inherit=True)
     except SyntaxError as python_error:
-        return python_error.lineno or 1, python_error.offset or 1, python_error.msg
+        message = f"syntax error, the file cannot be parsed: {python_error.msg}"
+        return _file_problem(SYNTAX_ERROR, display_name, options, message, python_error.lineno or 1, python_error.offset or 1, text)
     except (ValueError, RecursionError, MemoryError) as python_error:
-        return 1, 1, str(python_error) or type(python_error).__name__
+        message = f"syntax error, the file cannot be parsed: {str(python_error) or type(python_error).__name__}"
+        return _file_problem(SYNTAX_ERROR, display_name, options, message, 1, 1, text)
     if isinstance(error, cst.ParserSyntaxError):
-        return error.raw_line, error.raw_column + 1, error.message
-    return 1, 1, type(error).__name__
+        row, column, reason = error.raw_line, error.raw_column + 1, error.message
+    else:
+        row, column, reason = 1, 1, type(error).__name__
+    message = f"loopaudit could not analyse the file: libcst's parser cannot read it, though Python can ({reason})"
+    return _file_problem(NOT_ANALYSED, display_name, options, message, row, column, text)
 
 
 def _apply_rules(
@@ -323,7 +366,7 @@ def _location(offset: int, starts: list[int]) -> Location:
 
 def _to_findings(module: cst.Module, text: str, display_name: str, raw, positions: Positions) -> list[Finding]:
     starts = positions.line_starts
-    lines = text.splitlines()
+    lines = source_lines(text)
     suppressed = suppressions(text)
     findings: dict[tuple[str, int], Finding] = {}
     for rule_class, report, reason in raw:
@@ -388,7 +431,7 @@ def _file_problem(
         return []
     source_line = None
     if text is not None:
-        lines = text.splitlines()
+        lines = source_lines(text)
         source_line = lines[row - 1] if 0 < row <= len(lines) else None
     return [
         Finding(
@@ -423,9 +466,14 @@ def analyze_many(
     jobs: int,
     progress: Callable[[int, int], None] | None = None,
     cache: ResultCache | None = None,
+    *,
+    isolated: bool = False,
+    cpu_seconds: float = DEFAULT_CPU_SECONDS,
 ) -> ScanResult:
     """Analyse (path, display name, explicit, options) items, in worker processes when there are
-    many. Each file has its own options: the configuration closest to it decides them.
+    many, or always if `isolated` (as the command does: workers.py). A file whose worker crashes or
+    runs past `cpu_seconds` of CPU time is reported as not analysed (LA003), and costs no other
+    file its findings. Each file has its own options: the configuration closest to it decides them.
 
     Several files are one project (project.py): each is analysed, then analysed again with what the
     others say about it, until nothing changes. A single file is analysed alone.
@@ -436,23 +484,24 @@ def analyze_many(
     `cache`: analyses already stored there are read instead of done again (cache.py); a scan of
     exactly the same files as an earlier one reads its whole result back."""
     work = list(items)
+    workers = _Workers(jobs if len(work) >= 16 else 1, progress, cache, isolated, cpu_seconds)
     if cache is None:
-        return _analyze_many(work, jobs, progress, None)
+        return _analyze_many(work, workers, None)
     whole = cache.scan_key(work, marked_folders(os.path.abspath(item[0]) for item in work))
     stored = cache.get(whole, ScanResult)
     if stored is not None:
         if progress is not None:
             progress(len(work), len(work))
         return stored
-    result = _analyze_many(work, jobs, progress, cache)
-    if not result.problems:
+    result = _analyze_many(work, workers, cache)
+    if not result.problems and not workers.failed:  # the next run tries those files again
         cache.put(whole, result, ScanResult)
     return result
 
 
-def _analyze_many(work: list[Item], jobs: int, progress, cache: ResultCache | None) -> ScanResult:
+def _analyze_many(work: list[Item], workers: _Workers, cache: ResultCache | None) -> ScanResult:
     path_of = [os.path.abspath(item[0]) for item in work]
-    with _Workers(jobs if len(work) >= 16 else 1, progress, cache) as workers:
+    with workers:
         # The project: the scanned files outside any library's own sources (project.py).
         scanned = ProjectLayout(path_of)
         project = [i for i in range(len(work)) if not scanned.is_library(path_of[i])]
@@ -554,14 +603,18 @@ def _total(outcomes: list[Outcome], facts: dict[str, ProjectFacts]) -> ScanResul
 
 
 class _Workers:
-    """Runs analyses in this process, or in one pool of worker processes kept for every round, and
-    reads from and stores into the cache, when there is one."""
+    """Runs analyses in this process, or in one pool of worker processes kept for every round
+    (workers.py), and reads from and stores into the cache, when there is one."""
 
     def __init__(
-        self, jobs: int, progress: Callable[[int, int], None] | None = None, cache: ResultCache | None = None
+        self, jobs: int, progress: Callable[[int, int], None] | None = None, cache: ResultCache | None = None,
+        isolated: bool = False, cpu_seconds: float = DEFAULT_CPU_SECONDS,
     ) -> None:
         self.jobs = jobs
-        self._pool = None
+        self.isolated = isolated
+        self.cpu_seconds = cpu_seconds
+        self.failed: set[str] = set()  # display names of files whose worker crashed or ran out of time
+        self._pool: WorkerPool | None = None
         self._progress = progress  # told of the first round only
         self._cache = cache
 
@@ -570,7 +623,7 @@ class _Workers:
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.close()
 
     def run(self, work: list[tuple[str, str, bool, ScanOptions, ProjectFacts | None]]) -> list[Outcome]:
         progress, self._progress = self._progress or (lambda done, total: None), None
@@ -587,31 +640,35 @@ class _Workers:
         outcomes: list[Outcome] = list(stored)
         for i, outcome in zip(missing, analysed):
             outcomes[i] = outcome
-            # Internal errors are not kept: the next run tries again.
-            if not outcome[1] and cache.still_current(*work[i], key=keys[i]):
+            # Internal errors and failed workers are not kept: the next run tries again.
+            if not outcome[1] and work[i][1] not in self.failed and cache.still_current(*work[i], key=keys[i]):
                 cache.put(keys[i], outcome, Outcome)
         return outcomes
 
     def _analyze(self, work, progress: Callable[[int, int], None]) -> list[Outcome]:
-        if self.jobs <= 1 or len(work) < 2:
+        if not self.isolated and (self.jobs <= 1 or len(work) < 2):
             outcomes = []
             for item in work:
                 outcomes.append(_analyze_item(item))
                 progress(len(outcomes), len(work))
             return outcomes
         if self._pool is None:
-            from concurrent.futures import ProcessPoolExecutor
-
             # The workers run loopaudit alone: they may keep their trees out of the collector's way.
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=collector.own_collector)
+            self._pool = WorkerPool(self.jobs, _analyze_item, collector.own_collector, self.cpu_seconds)
         # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
         # test files) must not end up in one worker's batch while the others sit idle.
         order = sorted(range(len(work)), key=lambda i: _size(work[i][0]), reverse=True)
         outcomes: list[Outcome] = [([], [], None, None)] * len(work)
-        for done, (i, outcome) in enumerate(zip(order, self._pool.map(_analyze_item, [work[i] for i in order], chunksize=1)), 1):
-            outcomes[i] = outcome
+        for done, (position, outcome) in enumerate(self._pool.run([work[i] for i in order], self._not_analysed), 1):
+            outcomes[order[position]] = outcome
             progress(done, len(work))
         return outcomes
+
+    def _not_analysed(self, item, why: FileFailure) -> Outcome:
+        path, name, explicit, options, facts = item
+        self.failed.add(name)
+        message = f"loopaudit could not analyse the file: {why}"
+        return _file_problem(NOT_ANALYSED, name, options, message), [], None, _no_summary(facts)
 
 
 def _size(path: str) -> int:

@@ -10,7 +10,9 @@ marks are resolved at the end, only in the texts that findings show.
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,7 +20,9 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState  # the base libcst's own PositionProvider extends
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .form_feeds import without_leading_form_feeds
 from .module_index import ModuleIndex, build_index
+from .python_check import too_complex_for_python
 
 _MARK = re.compile(r"⟦([^⟦⟧|]+)\|(loop|function|call)\|(\d+)⟧")
 
@@ -75,9 +79,15 @@ class LineResolver:
 
 
 def _lines_of(path: str) -> FileLines | None:
+    """Parsed as the analysis parsed it (engine.py): its encoding, CPython's limits, form feeds."""
     try:
         with open(path, "rb") as stream:
-            module = cst.parse_module(stream.read())
+            data = stream.read()
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text, _ = without_leading_form_feeds(data.decode(encoding))
+        if too_complex_for_python(text) is not None:
+            return None
+        module = cst.parse_module(text)
     except Exception:  # the file changed or vanished since it was scanned: no line, no crash
         return None
     places = list(_places(build_index(module, ())))

@@ -32,6 +32,12 @@ from .walk import parent_map
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
+def source_lines(text: str) -> list[str]:
+    """The text's lines, broken where Python breaks them (as line_starts), without their ends."""
+    lines = _NEWLINE.split(text)
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 def line_starts(text: str) -> list[int]:
     """Offset of each line's first character, with libcst's idea of a line break (not str.splitlines',
     which also breaks at form feeds and other separators)."""

@@ -316,6 +316,8 @@ class StepModel:
         return None
 
     def _class_of_value(self, value: cst.BaseExpression, scope: Scope, depth: int) -> str | None:
+        if depth > 4:  # as in class_of: a factory may return its own call (`return build(n - 1)`)
+            return None
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
             value = value.func.value  # look through `.to(device)`, `.cuda()`, `.train()`
         if isinstance(value, (cst.Name, cst.Attribute)) and not isinstance(value, cst.Call):

@@ -973,7 +973,7 @@ def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, mo
     write_project(tmp_path, PROJECTS["the step in engine.py, the loop in train.py (device from the caller)"])
     analysed: dict[str, int] = {}
     parsed: dict[str, int] = {}
-    real_source, real_parse = engine.analyze_source, engine.cst.parse_module
+    real_source, real_parse = engine.analyze_source, engine.collector.parse_module
 
     def analyze_source(text, name, *args, **kwargs):
         analysed[name] = analysed.get(name, 0) + 1
@@ -991,7 +991,7 @@ def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, mo
         return real_index(module, *args)
 
     monkeypatch.setattr(engine, "analyze_source", analyze_source)
-    monkeypatch.setattr(engine.cst, "parse_module", parse_module)
+    monkeypatch.setattr(engine.collector, "parse_module", parse_module)  # the analysis' parses
     monkeypatch.setattr(engine, "build_index", build_index)
     monkeypatch.setattr(engine, "_RECENT_MODULES", engine._RecentModules(limit=1_000_000))
     assert found(scan(tmp_path)) == expected(tmp_path)
