@@ -259,8 +259,8 @@ class _HostIndex:
             if parsed is not None and _is_user_file(parsed.file):
                 return parsed
         for operator in reversed(operators):
-            stack = operator.args.get("Call stack")
-            if isinstance(stack, str) and stack:
+            stack = operator.call_stack
+            if stack:
                 for part in stack.split(";"):  # innermost first
                     parsed = _parse_frame(part.strip())
                     if parsed is not None and _is_user_file(parsed.file):
@@ -331,7 +331,7 @@ def _pageable_copies(trace: Trace, runtime: list[Event], index: _HostIndex, step
         if site is None:
             site = sites[key] = CopySite(kind, operator, frame)
         site.count += 1
-        site.bytes += int(copy.args.get("bytes", 0) or 0)
+        site.bytes += int(copy.byte_count or 0)
         site.duration_us += copy.dur
         if launch is not None:
             seen_in[key].add(step_of(launch))
