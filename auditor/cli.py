@@ -32,6 +32,7 @@ from .progress import ScanProgress
 from .since import SinceError, changed_lines, on_changed_lines
 from .collector import own_collector
 from .engine import analyze_many, analyze_stdin
+from .reporting.safe_text import terminal_ready
 from .cli_support import (
     EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, PlainHelpCommand, build_settings, usage_error,
 )
@@ -166,15 +167,26 @@ def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, for
         name = stdin_filename or "<stdin>"
         options = settings.options_for(Path(stdin_filename or "stdin.py"))
         return analyze_stdin(sys.stdin.buffer.read(), name, options), [SourceFile(name, name, True)]
+    skipped: list[tuple[str, str]] = []
     try:
-        found = discover(paths)
+        found = discover(paths, skipped=skipped)
     except MissingPath as missing:
         raise usage_error(f"no such file or folder: {missing}")
     files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
+    _say_skipped([(path, why) for path, why in skipped if not settings.excluded(Path(path))])
     workers = jobs or os.cpu_count() or 1
     items = [(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files]
     # Isolated: a file that crashes the parser or runs for minutes costs that file alone (workers.py).
     return analyze_many(items, workers, progress, cache, isolated=True), files
+
+
+def _say_skipped(skipped: list[tuple[str, str]], shown: int = 3) -> None:
+    """One line on stderr for what the walk could not read (a FIFO, a link loop, a locked folder)."""
+    if not skipped:
+        return
+    listed = ", ".join(f"{terminal_ready(path)} ({why})" for path, why in skipped[:shown])
+    more = f" and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    typer.echo(f"loopaudit: warning: skipped what cannot be read as a file: {listed}{more}", err=True)
 
 
 def _narrow(findings, since: str | None, known: frozenset[str] | None):

@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperCommand
 
 from .config import ConfigError, ConfigFinder
-from .registry import unknown_codes
+from .registry import describe_unknown, unknown_codes
 from .settings import CommandLine, Settings
 
 # As ruff's: 0 nothing found, 1 findings, 2 a usage error, a missing path or an internal error.
@@ -36,15 +36,16 @@ def usage_error(message: str) -> typer.Exit:
 
 
 def split_codes(values: list[str] | None) -> list[str]:
-    """`--select LA1,LA2 --select LA6` -> ["LA1", "LA2", "LA6"]."""
-    return [code.strip() for value in values or [] for code in value.split(",") if code.strip()]
+    """`--select LA1,LA2 --select LA6` -> ["LA1", "LA2", "LA6"]. Empty pieces stay (`--ignore ""`,
+    `LA1,`), for check_codes to refuse: dropped, `--ignore ""` would pass as if it said something."""
+    return [code.strip() for value in values or [] for code in value.split(",")]
 
 
 def check_codes(codes: list[str]) -> None:
     """Unknown codes are an error: a typo such as `LA1O1` must not pass silently."""
     bad = unknown_codes(codes)
     if bad:
-        raise usage_error(f"unknown rule code{'s' if len(bad) > 1 else ''}: {', '.join(bad)} (see `loopaudit rules`)")
+        raise usage_error(describe_unknown(bad))
 
 
 def build_settings(select, extend_select, ignore, output_format, config: str | None, isolated: bool) -> Settings:

@@ -31,7 +31,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from .registry import unknown_codes
+from .registry import describe_unknown, unknown_codes
 
 CONFIG_FILES = ("loopaudit.toml", "pyproject.toml")
 OUTPUT_FORMATS = ("full", "concise", "json", "github", "sarif", "gitlab", "junit")
@@ -93,7 +93,7 @@ def _matches(spec: pathspec.PathSpec | None, root: Path, file: Path, is_dir: boo
     if spec is None:
         return False
     try:
-        relative = file.resolve().relative_to(root).as_posix()
+        relative = Path(os.path.realpath(file)).relative_to(root).as_posix()
     except ValueError:
         return False
     return spec.match_file(relative + "/" if is_dir else relative)
@@ -106,6 +106,8 @@ def load(path: Path) -> FileConfig | None:
             document = tomllib.load(stream)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(path, None, f"not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise ConfigError(path, None, "not valid TOML: it nests too deeply to read") from None
     except UnicodeDecodeError as error:
         raise ConfigError(path, None, f"not UTF-8 text, as TOML must be (byte {error.start} cannot be decoded)") from None
     except OSError as error:
@@ -172,7 +174,7 @@ def _codes(value, path: Path, where: str) -> list[str]:
     codes = [code.strip().upper() for code in _strings(value, path, where)]
     bad = unknown_codes(codes)
     if bad:
-        raise ConfigError(path, where, f"unknown rule code{'s' if len(bad) > 1 else ''}: {', '.join(bad)} (see `loopaudit rules`)")
+        raise ConfigError(path, where, describe_unknown(bad))
     return codes
 
 
@@ -205,11 +207,12 @@ class ConfigFinder:
     def for_file(self, file: Path | str) -> FileConfig:
         # Files of one folder share its configuration: resolve each folder once, not each file.
         if os.path.islink(file):
-            return self.for_folder(Path(file).resolve().parent)  # its configuration is its target's
+            # Its configuration is its target's (realpath: a link loop has none, and no exception).
+            return self.for_folder(Path(os.path.realpath(file)).parent)
         folder = os.path.dirname(os.path.abspath(file))
         known = self._by_file_folder.get(folder)
         if known is None:
-            known = self._by_file_folder[folder] = self.for_folder(Path(file).resolve().parent)
+            known = self._by_file_folder[folder] = self.for_folder(Path(os.path.realpath(file)).parent)
         return known
 
     def for_folder(self, folder: Path) -> FileConfig:
@@ -217,7 +220,7 @@ class ConfigFinder:
             return self._defaults
         if self._forced is not None:
             return self._forced_config
-        folder = folder.resolve()
+        folder = Path(os.path.realpath(folder))
         known = self._by_folder.get(folder)
         if known is not None:
             return known

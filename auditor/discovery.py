@@ -3,11 +3,17 @@
 Walking a folder skips what is never the user's own code (.git, virtual environments, build and cache
 folders) and honours every .gitignore from the repository root down, through pathspec's
 implementation of git's own matching rules.
+
+A walk takes any tree the file system allows: it reads only regular files (a FIFO named `x.py` would
+block the scan forever), does not follow links to folders (so a link loop cannot trap it), and goes
+past a symbolic link loop, a dangling link or a folder it may not read, noting each in `skipped` for
+the command to say once.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +38,11 @@ class MissingPath(Exception):
     pass
 
 
-def discover(paths: list[str], cwd: Path | None = None) -> list[SourceFile]:
+def discover(paths: list[str], cwd: Path | None = None, skipped: list[tuple[str, str]] | None = None) -> list[SourceFile]:
+    """The files to scan, by display name. `skipped` receives (path, why) for each entry of a walked
+    folder that was passed over for what it is rather than by choice (not a regular file, unreadable)."""
     cwd = str((cwd or Path.cwd()).resolve())
+    skipped = [] if skipped is None else skipped
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         raise MissingPath(", ".join(missing))
@@ -41,7 +50,7 @@ def discover(paths: list[str], cwd: Path | None = None) -> list[SourceFile]:
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            for found, absolute in _walk(path):
+            for found, absolute in _walk(path, skipped):
                 files.setdefault(absolute, SourceFile(str(found), _display(found, absolute, cwd), False))
         else:
             absolute = str(path.resolve())
@@ -56,14 +65,21 @@ def _display(path: Path, absolute: str, cwd: str) -> str:
 
 
 def _is_virtualenv(folder: Path) -> bool:
-    return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
+    try:
+        return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
+    except OSError:  # a folder it may not read: the walk notes it when it tries to
+        return False
 
 
-def _walk(root: Path) -> Iterator[tuple[Path, str]]:
+def _walk(root: Path, skipped: list[tuple[str, str]]) -> Iterator[tuple[Path, str]]:
     """(path, resolved path) of each *.py file under `root` that is not skipped or ignored."""
     # The .gitignore files that apply in each folder: those above it, then its own.
     inherited = {root.resolve(): _ignores_above(root)}
-    for folder, subfolders, filenames in os.walk(root):
+
+    def unreadable(error: OSError) -> None:
+        skipped.append((str(error.filename), error.strerror or str(error)))
+
+    for folder, subfolders, filenames in os.walk(root, onerror=unreadable):
         here = Path(folder)
         resolved = here.resolve()
         specs = inherited.pop(resolved, [])
@@ -85,18 +101,36 @@ def _walk(root: Path) -> Iterator[tuple[Path, str]]:
                 continue
             file = here / name
             # Resolving every file costs a system call per folder of its path: only a link needs it.
-            absolute = str(file.resolve()) if os.path.islink(file) else os.path.join(resolved, name)
-            if not _ignored(file, specs, is_dir=False, absolute=absolute):
-                yield file, absolute
+            # realpath, not resolve: a link loop gives a path that is not there, not an exception.
+            absolute = os.path.realpath(file) if os.path.islink(file) else os.path.join(resolved, name)
+            if _ignored(file, specs, is_dir=False, absolute=absolute):
+                continue
+            problem = _not_a_file(file)
+            if problem is not None:
+                skipped.append((str(file), problem))
+                continue
+            yield file, absolute
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why the walk must not read `path` (through its links), or None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:  # a dangling link, a link loop (ELOOP), no permission to look
+        return error.strerror or str(error)
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return f"not a regular file: {kind}"
 
 
 def _load_gitignore(folder: Path) -> pathspec.PathSpec | None:
     gitignore = folder / ".gitignore"
-    if not gitignore.is_file():
-        return None
     try:
+        if not gitignore.is_file():
+            return None
         lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    except OSError:  # unreadable: its folder's files are read as if it said nothing
         return None
     try:
         return pathspec.GitIgnoreSpec.from_lines(lines)

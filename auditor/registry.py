@@ -51,5 +51,13 @@ def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[ty
 
 
 def unknown_codes(codes: list[str]) -> list[str]:
-    """Codes or prefixes that match no rule (a typo such as `LA1O1` should not pass silently)."""
-    return [code for code in codes if not any(rule.code.startswith(code.upper()) for rule in all_rules())]
+    """Codes or prefixes that match no rule (a typo such as `LA1O1` should not pass silently). An
+    empty code is one too: as a prefix it would match every rule, so `select = [""]` selected all."""
+    return [code for code in codes if not code or not any(rule.code.startswith(code.upper()) for rule in all_rules())]
+
+
+def describe_unknown(codes: list[str]) -> str:
+    """The error for unknown codes, an empty one named as such."""
+    distinct = list(dict.fromkeys(codes))
+    named = ", ".join(code or '"" (an empty code)' for code in distinct)
+    return f"unknown rule code{'s' if len(distinct) > 1 else ''}: {named} (see `loopaudit rules`)"

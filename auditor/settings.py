@@ -9,6 +9,7 @@ file's `select`, `extend-select` and `ignore` no longer apply, its `per-file-ign
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,7 +101,7 @@ class Settings:
         if config.excludes(file):
             return True
         # A pattern naming a folder (`data/`, `legacy`) excludes everything under it.
-        for parent in file.resolve().parents:
+        for parent in Path(os.path.realpath(file)).parents:
             if parent == config.root or config.root not in parent.parents:
                 break
             if config.excludes(parent, is_dir=True):

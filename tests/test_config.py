@@ -126,8 +126,14 @@ def test_step_methods_periodic_names_and_device(tmp_path):
         ('[tool.loopaudit]\nper-file-ignores = { "a.py" = ["LA0O1"] }\n', "per-file-ignores.a.py: unknown rule code"),
         ("[tool.loopaudit\n", "not valid TOML"),
         ('[tool.loopaudit]\nexclude = ["\\\\"]\n', "exclude: '\\\\' is not a valid glob"),
+        ('[tool.loopaudit]\nselect = [""]\n', 'select: unknown rule code: "" (an empty code)'),
+        # tomllib recurses per level: an unrelated table 10,000 arrays deep was a RecursionError.
+        ("[tool.other]\nx = " + "[" * 10_000 + "]" * 10_000 + "\n", "not valid TOML: it nests too deeply to read"),
     ],
-    ids=["unknown-key", "wrong-type", "unknown-code", "bad-device", "bad-name", "bad-per-file-code", "bad-toml", "bad-glob"],
+    ids=[
+        "unknown-key", "wrong-type", "unknown-code", "bad-device", "bad-name", "bad-per-file-code", "bad-toml", "bad-glob",
+        "empty-code", "deep-toml",
+    ],
 )
 def test_bad_configuration_is_an_error_with_the_file_and_key(tmp_path, text, message):
     project(tmp_path, {"pyproject.toml": text, "train.py": TRAIN})
@@ -199,3 +205,12 @@ def test_a_gitignore_line_git_would_reject_does_not_stop_the_scan(tmp_path):
     (tmp_path / ".gitignore").write_text("ignored/\n\\\n")
     project(tmp_path, {"train.py": TRAIN, "ignored/train.py": TRAIN})
     assert {name for name, _ in found(tmp_path)} == {"train.py"}
+
+
+@pytest.mark.parametrize("flags", [["--ignore", ""], ["--select", "LA1,"], ["--select", " "], ["--extend-select", ","]])
+def test_an_empty_rule_code_on_the_command_line_is_an_error(tmp_path, flags):
+    """Dropped, `--ignore ""` passed as if it ignored something; as a prefix, "" would match every rule."""
+    project(tmp_path, {"train.py": TRAIN})
+    result = run_cli("scan", "train.py", *flags, cwd=tmp_path)
+    assert result.returncode == 2 and result.out == ""
+    assert result.err == 'loopaudit: error: unknown rule code: "" (an empty code) (see `loopaudit rules`)\n'
