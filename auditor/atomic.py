@@ -11,8 +11,9 @@ from pathlib import Path
 def write_atomically(path: str | Path, data: bytes) -> None:
     """Write `data` to a temporary file beside `path`, then rename it over `path`. The file keeps
     its permissions when it exists, and gets the usual ones (0666 minus the umask) when it does not:
-    a temporary file starts as 0600."""
-    path = os.fspath(path)
+    a temporary file starts as 0600. A symbolic link stays a link: its target is written (beside
+    the target, so the rename stays within one file system)."""
+    path = os.path.realpath(path)
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:

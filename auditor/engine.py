@@ -324,11 +324,15 @@ def _call_describer(module: cst.Module, display_name: str, line_of):
     return describe
 
 
-def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int], positions: Positions) -> FixInfo:
-    """The fix as text edits: the span where the text with the rewrite differs from the text."""
+def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int], positions: Positions) -> FixInfo | None:
+    """The fix as text edits: the span where the text with the rewrite differs from the text. None
+    when libcst cannot print the module back as the text (then no edit can be trusted)."""
     edits = []
     for old, new in fix.replacements:
-        rewritten, same_before, same_after = _rewrite(old, new, module, text, positions)
+        rewrite = _rewrite(old, new, module, text, positions)
+        if rewrite is None:
+            return None
+        rewritten, same_before, same_after = rewrite
         start = same_before
         limit = min(len(text), len(rewritten))
         while start < limit and text[start] == rewritten[start]:
@@ -341,7 +345,7 @@ def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int], positi
     return FixInfo("safe" if fix.safe else "unsafe", fix.description, tuple(sorted(edits, key=lambda e: e.start)))
 
 
-def _rewrite(old: cst.CSTNode, new, module: cst.Module, text: str, positions: Positions) -> tuple[str, int, int]:
+def _rewrite(old: cst.CSTNode, new, module: cst.Module, text: str, positions: Positions) -> tuple[str, int, int] | None:
     """The module's text with `old` rewritten, and the offsets before and from which it is the same
     as `text`. Only the statement around the rewrite is printed again (positions.py), in the text's
     place, unless no statement around it can be placed: then the whole module is (a node printed
@@ -352,7 +356,13 @@ def _rewrite(old: cst.CSTNode, new, module: cst.Module, text: str, positions: Po
         # A removal can empty the statement it is in, which its parent then drops: print the parent.
         placed = positions.place(old, above=positions.innermost_statement(old) if removing else None)
     if placed is None:
-        return (module.deep_remove(old) if removing else module.deep_replace(old, new)).code, 0, len(text)
+        rewritten = (module.deep_remove(old) if removing else module.deep_replace(old, new)).code
+        # libcst drops what a module cannot hold, such as the last `\r` of a file with classic-Mac
+        # line ends: that tail of the text stays as it was. Any other difference: no safe edit.
+        printed = module.code
+        if not text.startswith(printed):
+            return None
+        return rewritten + text[len(printed):], 0, len(text)
     statement = placed.statement
     changed = statement.deep_remove(old) if removing else statement.deep_replace(old, new)
     end = placed.offset + len(placed.code)

@@ -108,6 +108,38 @@ def test_encoding_line_endings_and_mode_are_kept(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".train.py.")]  # no temporary left
 
 
+PIN_AND_COPY = (
+    "import torch\nfrom torch.utils.data import DataLoader\nmodel = Net().cuda()\n"
+    "loader = DataLoader(ds, batch_size=8)\nfor x in loader:\n    loss = model(x.cuda())\n    loss.backward()\n"
+)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"], ids=["lf", "crlf", "cr"])
+@pytest.mark.parametrize("ending", ["newline", "none"])
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["no-bom", "bom"])
+def test_every_byte_outside_the_edits_stays(tmp_path, newline, ending, bom):
+    """Classic-Mac `\r` files once lost their last byte (libcst does not print it back)."""
+    source = PIN_AND_COPY if ending == "newline" else PIN_AND_COPY.rstrip("\n")
+    script = tmp_path / "train.py"
+    script.write_bytes(bom + source.replace("\n", newline).encode())
+    result = run_cli("scan", "train.py", "--fix", "--no-cache", cwd=tmp_path)
+    assert "Fixed 2 findings" in result.out, result.out + result.err
+    fixed = source.replace("batch_size=8)", "batch_size=8, pin_memory=True)").replace("x.cuda()", "x.cuda(non_blocking=True)")
+    assert script.read_bytes() == bom + fixed.replace("\n", newline).encode()
+
+
+def test_a_fix_through_a_symbolic_link_fixes_its_target_and_keeps_the_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "train.py"
+    target.write_text(PIN_AND_COPY)
+    (tmp_path / "train.py").symlink_to(target)
+    result = run_cli("scan", "train.py", "--fix", "--no-cache", cwd=tmp_path)
+    assert "Fixed 2 findings" in result.out, result.out + result.err
+    assert (tmp_path / "train.py").is_symlink() and os.readlink(tmp_path / "train.py") == str(target)
+    assert "pin_memory=True" in target.read_text() and "non_blocking=True" in target.read_text()
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["train.py"]  # no temporary left beside it
+
+
 def test_a_file_changed_on_disk_is_not_overwritten(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("edited by someone else\n")
