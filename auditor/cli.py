@@ -32,7 +32,7 @@ from .progress import ScanProgress
 from .since import SinceError, changed_lines, on_changed_lines
 from .collector import own_collector
 from .engine import analyze_many, analyze_stdin
-from .reporting.safe_text import terminal_ready
+from .reporting.safe_text import EncodableStream, terminal_ready
 from .cli_support import (
     EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, PlainHelpCommand, build_settings, usage_error,
 )
@@ -124,7 +124,7 @@ def scan(
         raise usage_error(str(error))
     findings, problems = results.findings, results.problems
     for problem in problems:
-        typer.echo(f"loopaudit: internal error: {problem} (please report this)", err=True)
+        typer.echo(f"loopaudit: internal error: {terminal_ready(problem)} (please report this)", err=True)
     failed = EXIT_ERROR if problems else None
     if diff:
         raise typer.Exit(failed or _print_diffs(fixes))
@@ -208,8 +208,9 @@ def _narrow(findings, since: str | None, known: frozenset[str] | None):
 
 
 def _print_diffs(fixes) -> int:
+    out = EncodableStream(sys.stdout)  # a name that is not UTF-8, an ASCII pipe: shown escaped, never a crash
     for changed in fixes:
-        sys.stdout.write(changed.diff)
+        out.write(changed.diff)
     count = sum(changed.fixed for changed in fixes)
     files = sum(1 for changed in fixes if changed.changed)
     typer.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {files} file{'s' if files != 1 else ''}.", err=True)
@@ -268,7 +269,7 @@ def _fix_files(results, files, settings, unsafe: bool, write: bool):
         fixed.append(fix_file(source.path, display, options, unsafe=unsafe, write=write, facts=results.facts.get(display)))
     for result in fixed:
         if result.problem:
-            typer.echo(f"loopaudit: {result.display}: {result.problem}", err=True)
+            typer.echo(f"loopaudit: {terminal_ready(result.display)}: {result.problem}", err=True)
     replaced = {r.display: r.remaining for r in fixed if r.changed and not r.problem and write}
     kept = [f for f in findings if f.filename not in replaced]
     kept += [f for remaining in replaced.values() for f in remaining]

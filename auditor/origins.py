@@ -25,6 +25,10 @@ from .module_index import ModuleIndex, build_index
 from .python_check import too_complex_for_python
 
 _MARK = re.compile(r"⟦([^⟦⟧|]+)\|(loop|function|call)\|(\d+)⟧")
+# A path may hold the mark's own delimiters (`tr|ai⟧n.py` is a legal name): written escaped in it.
+_IN_MARK = {"%": "%25", "|": "%7C", "⟦": "%5B", "⟧": "%5D"}
+_FROM_MARK = {escaped: character for character, escaped in _IN_MARK.items()}
+_ESCAPED = re.compile("|".join(_FROM_MARK))
 
 
 class LineMarks:
@@ -34,6 +38,7 @@ class LineMarks:
         self.index = index
         self.path = path
         self._places: dict[int, tuple[str, int]] | None = None
+        self._marked_path = "".join(_IN_MARK.get(character, character) for character in path)
 
     def line_of(self, node: cst.CSTNode) -> str:
         if self._places is None:
@@ -41,7 +46,7 @@ class LineMarks:
         place = self._places.get(id(node))
         if place is None:
             return "?"
-        return f"⟦{self.path}|{place[0]}|{place[1]}⟧"
+        return f"⟦{self._marked_path}|{place[0]}|{place[1]}⟧"
 
 
 # A file's line numbers by place in its walk: (kind, ordinal) -> line.
@@ -62,7 +67,7 @@ class LineResolver:
         return _MARK.sub(self._line, text)
 
     def _line(self, match: re.Match) -> str:
-        lines = self._file_lines(match.group(1))
+        lines = self._file_lines(_ESCAPED.sub(lambda escaped: _FROM_MARK[escaped.group()], match.group(1)))
         line = lines.get((match.group(2), int(match.group(3)))) if lines is not None else None
         return str(line) if line is not None else "?"
 

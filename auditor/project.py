@@ -30,6 +30,7 @@ from .canonical import content_digest
 from .constants import At, setting_value
 from .module_index import FrameKind
 from .names import dotted_name
+from .positions import source_lines
 
 if TYPE_CHECKING:
     from .module_index import ModuleIndex
@@ -901,7 +902,7 @@ def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, Modul
 def _text_methods(text: str) -> tuple[str, ...]:
     found = []
     owner, indent = None, None
-    for line in text.splitlines():
+    for line in source_lines(text):  # not splitlines: a form feed does not end a line
         if line[:1] not in ("", " ", "\t", "#", ")", "]", "}", '"', "'"):
             match = _CLASS.match(line)
             owner, indent = (match.group(1) if match else None), None  # a new top-level statement

@@ -187,3 +187,14 @@ def test_workers_end_with_the_scan_however_it_is_stopped(tmp_path, stop):
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [pid for pid in workers if _alive(pid)]
+
+
+def test_a_file_name_holding_the_line_marks_delimiters_gets_its_line_numbers(tmp_path):
+    """Lines in "how the step reaches this line" are marked ⟦path|kind|n⟧ until a finding shows
+    them (origins.py): a name with `|`, `⟧` or an escape of its own once leaked raw marks."""
+    caller = "tr|ai⟧n%7C.py"
+    (tmp_path / caller).write_text("import torch\nfrom engine import step\nmodel.cuda()\nfor x in loader:\n    step(x)\n")
+    (tmp_path / "engine.py").write_text("import torch\n\n\ndef step(x):\n    print(x.cuda().item())\n")
+    result = run_cli("scan", ".", "--output-format", "json", "--no-cache", cwd=tmp_path)
+    contexts = {f["context"] for f in json.loads(result.out)}
+    assert contexts == {f"step loop `for x in loader` ({caller}:4) → `step()` ({caller}:5)"}

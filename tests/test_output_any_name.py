@@ -329,3 +329,15 @@ def test_run_reports_a_script_of_a_hostile_name_on_an_ascii_stream(tmp_path):
     measured = run_cli("run", os.fsdecode(raw), "--warmup", "2", "--steps", "6", "--output-format", "json", cwd=tmp_path, env=env)
     document = json.loads(decoded(measured.stdout, env))
     assert document["script"] == shown(raw) and {f["filename"] for f in document["findings"]} == {shown(raw)}
+
+
+@pytest.mark.parametrize("environment", ["utf-8", "ascii"])
+def test_diff_shows_a_fix_in_a_file_of_any_name(tmp_path, environment):
+    """`--diff` wrote the diff raw: a name that is not UTF-8 was a UnicodeEncodeError."""
+    fixable = "import torch\nmodel.cuda()\nfor x in loader:\n    model(x.cuda()).sum().backward()\n"
+    raw = write_first_accepted(tmp_path, [b"bad\xffname.py", b"bad\x1bname.py"], fixable)
+    env = {"PYTHONIOENCODING": environment}
+    result = run_cli("scan", ".", "--diff", "--no-cache", cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.err
+    text = decoded(result.stdout, env)
+    assert f"--- a/{shown(raw)}" in text and "+    model(x.cuda(non_blocking=True)).sum().backward()" in text
