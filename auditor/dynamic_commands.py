@@ -7,6 +7,7 @@ Neither imports torch in this process: `run` starts the script in a child proces
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, build_settings, usage_error
+from .cli_support import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, OutputFormat, build_settings, usage_error
 from .config import ConfigError
 from .engine import ScanOptions, analyze_path
 from .finding import Finding
@@ -68,7 +69,8 @@ def run(
     The script runs unmodified, as `__main__`, in its own process; loopaudit finds its steps through
     `optimizer.step()` (or DataLoader batches), measures WARMUP+STEPS of them and stops it. Needs torch
     (`pip install 'loopaudit[profile]'`). Exit status: the script's own when it fails, 2 when it never
-    reached the measured steps, else 1 with findings and 0 without.
+    reached the measured steps, 130 or 143 when stopped by SIGINT or SIGTERM (reporting what was
+    measured), else 1 with findings and 0 without.
     """
     # Imported here, not at the top: every `loopaudit scan` imports this module (for the commands'
     # signatures), and the measured reports' imports would cost each scan 30 ms.
@@ -122,10 +124,12 @@ def run(
     )
     outcome = run_script(request, scan_while_it_runs)
     report = outcome.report
-    # A timeout or a Ctrl-C is loopaudit's (or the user's) doing, not the script failing.
+    # A timeout or a signal to loopaudit is loopaudit's (or the user's) doing, not the script failing.
     script_failed = outcome.status != 0 and not outcome.timed_out and not outcome.interrupted and not (report and report.stopped)
     if outcome.interrupted and not (report and report.steps):
-        raise _end("interrupted before any step was measured", EXIT_INTERRUPTED)
+        raise _end(f"{_stopped_by(outcome.signal)} before any step was measured", 128 + outcome.signal)
+    if report is None and outcome.timed_out:
+        raise _end(f"--timeout {timeout:g}s passed and the script had to be killed before it handed over its measurements", EXIT_ERROR)
     if report is None:
         raise _end(f"the script ended (exit status {outcome.status}) before loopaudit could write its measurements", outcome.status or EXIT_ERROR)
     if report.error:
@@ -146,7 +150,7 @@ def run(
     if output_format is OutputFormat.json:
         status = {
             "exit_status": outcome.status, "stopped": report.stopped, "window_complete": report.window_complete,
-            "timed_out": outcome.timed_out,
+            "timed_out": outcome.timed_out, "interrupted_by": signal.Signals(outcome.signal).name if outcome.interrupted else None,
         }
         document = measured_json.run_document(audit, breakdown, display_path(script_path), request.args, status)
         measured_json.write(document, sys.stdout)
@@ -160,8 +164,12 @@ def run(
     if script_failed:
         raise typer.Exit(outcome.status)
     if outcome.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(128 + outcome.signal)
     raise typer.Exit(EXIT_FINDINGS if audit.findings and not exit_zero else EXIT_CLEAN)
+
+
+def _stopped_by(number: int) -> str:
+    return "interrupted" if number == signal.SIGINT else f"stopped by {signal.Signals(number).name}"
 
 
 def _end(message: str, status: int) -> typer.Exit:
@@ -244,7 +252,8 @@ def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[st
     if outcome.timed_out:
         notes.append(f"The script was interrupted at --timeout after {steps_phrase(len(report.steps), 'measured')}.")
     elif outcome.interrupted:
-        notes.append("Interrupted: what was measured until then is below.")
+        stopped = _stopped_by(outcome.signal)
+        notes.append(f"{stopped[0].upper()}{stopped[1:]}: what was measured until then is below.")
     elif not report.window_complete:
         notes.append(f"The script ended before the {report.window} steps asked for: the measurement covers fewer.")
     if script_failed:

@@ -20,7 +20,10 @@ pytest.importorskip("torch", reason="`loopaudit run` needs torch (pip install 'l
 SHORT = ("--warmup", "2", "--steps", "6")
 
 # The issue's first check: a slow single-process dataset, a per-step `.item()` and `torch.nonzero`.
-# The script counts its own steps in a file, so the test can tell how far it really got.
+# The script counts its own steps in a file, so the test can tell how far it really got. Its data
+# waits are sleeps and its step is tiny and single-threaded, so that the waits stay most of the step
+# on a busy machine too: with torch's two intra-op threads on a busy 2-CPU machine, the threads wait
+# for each other and the 1 ms step took 50 ms.
 SLOW_LOADER = textwrap.dedent("""\
     import time
     import torch
@@ -37,6 +40,7 @@ SLOW_LOADER = textwrap.dedent("""\
 
 
     def main():
+        torch.set_num_threads(1)
         model = torch.nn.Linear(32, 10)
         optimizer = torch.optim.Adam(model.parameters())
         loader = DataLoader(Decoded(), batch_size=8)
@@ -56,7 +60,7 @@ SLOW_LOADER = textwrap.dedent("""\
     if __name__ == "__main__":
         main()
 """)
-ITEM_LINE, NONZERO_LINE, LOADER_LINE = 26, 27, 18
+ITEM_LINE, NONZERO_LINE, LOADER_LINE = 27, 28, 19
 
 # The issue's second check: workers that keep up, and a loss read every 10 steps only.
 CLEAN_LOOP = textwrap.dedent("""\
@@ -287,20 +291,23 @@ def test_trace_out_names_the_file_and_implies_profile(tmp_path):
 
 
 def test_timeout_reports_what_was_measured(tmp_path):
+    # 5 steps, then one that hangs: the count measured by the timeout does not depend on the machine's
+    # speed, and the timeout can be generous (the 5 steps take milliseconds).
     write_script(tmp_path, textwrap.dedent("""\
         import time
         import torch
         model = torch.nn.Linear(2, 2)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(1000):
-            time.sleep(0.2)
+            if step == 5:
+                time.sleep(3600)
             model(torch.randn(4, 2)).sum().backward()
             optimizer.step()
     """))
-    result, document = run_json(tmp_path, "--warmup", "0", "--steps", "500", "--timeout", "4")
+    result, document = run_json(tmp_path, "--warmup", "0", "--steps", "500", "--timeout", "8")
     assert result.returncode == 0, result.err
     assert document["timed_out"] and not document["window_complete"]
-    assert document["steps_measured"] >= 2
+    assert document["steps_measured"] == 4  # step 1 ran from the script's start: left out
     assert "interrupted at --timeout" in result.err
 
 
@@ -310,6 +317,7 @@ def test_with_no_warmup_the_start_up_is_not_a_measured_step(tmp_path):
         import time
         import torch
         time.sleep(1.0)
+        torch.set_num_threads(1)  # a tiny step, on a busy machine too (see SLOW_LOADER)
         model = torch.nn.Linear(2, 2)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(10):

@@ -3,6 +3,7 @@
 It makes the script see what `python SCRIPT ARGS...` would give it (`__name__ == "__main__"`,
 `sys.argv`, `sys.path[0]` the script's folder, the same working directory), installs the probe, and
 runs it. A crash in the script ends this process, never the auditor, which reads the report file.
+A thread listens to loopaudit meanwhile (`_Listener`; runner.py says how a run is stopped).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shutil
+import signal
 import sys
+import threading
 import traceback
 
 EXIT_SCRIPT_FAILED = 1
@@ -22,6 +26,11 @@ def main() -> tuple[int, bool]:
     config_path, script, *script_args = sys.argv[1:]
     with open(config_path, encoding="utf-8") as stream:
         config = json.load(stream)
+    listener = _Listener(config.pop("control"), config.pop("work")) if "control" in config else None
+    # loopaudit stops the script with SIGINT (runner.py), also when it runs as a background job, whose
+    # SIGINT the shell ignores (and this process inherited): in a session of its own, no terminal's
+    # Ctrl-C reaches it anyway.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [script, *script_args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
 
@@ -34,8 +43,11 @@ def main() -> tuple[int, bool]:
     started = config.pop("started", None)
     probe = Probe(**config)
     probe.install()
+    if listener is not None:
+        listener.probe = probe
     if started:
-        # The script starts now: --timeout counts from here, not from importing torch.
+        # The script starts now: --timeout counts from here, not from importing torch, and loopaudit
+        # may ask the probe for its report.
         with open(started, "w", encoding="utf-8"):
             pass
     try:
@@ -54,6 +66,30 @@ def main() -> tuple[int, bool]:
     finally:
         probe.finish()
     return 0, False
+
+
+class _Listener:
+    """The child's end of loopaudit's control pipe, read by a thread of its own, so that the script's
+    signal handlers and a main thread stuck in a long call make no difference. A byte asks for the
+    report now (`Probe.halt`). The pipe closing means loopaudit is gone (killed): nobody is left to
+    read the report or remove the temporary folder, so this process removes it and kills its process
+    group, the script's workers and itself with it (loopaudit started it as the group's leader)."""
+
+    def __init__(self, control: int, work: str) -> None:
+        os.set_inheritable(control, False)  # the script's own subprocesses have no business with it
+        self.control, self.work = control, work
+        self.probe = None  # set once installed; loopaudit asks for the report only after that
+        threading.Thread(target=self._listen, name="loopaudit-control", daemon=True).start()
+
+    def _listen(self) -> None:
+        while os.read(self.control, 1):
+            if self.probe is not None:
+                try:
+                    self.probe.halt()
+                except OSError:
+                    pass  # no room to write the report: loopaudit says it has none, and this thread goes on
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.killpg(os.getpid(), signal.SIGKILL)
 
 
 def _report_missing_torch(report_path: str, error: ImportError) -> None:

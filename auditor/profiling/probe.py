@@ -11,12 +11,16 @@ After `warmup` steps the window opens: the sync spy is installed, `empty_cache` 
 on CUDA torch's own sync check (`set_sync_debug_mode("warn")`) is turned on, and with `--profile`
 torch.profiler records. After `steps` more steps the report is written and the script is stopped
 (unless `stop` is false).
+
+When loopaudit stops the run early (--timeout, a signal), it asks for the report from another thread
+(`halt`, see runner.py): the measurement ends there, and the hooks let everything after it pass.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 import warnings
 from collections import Counter
@@ -67,7 +71,9 @@ class Probe:
         self._spy: SyncSpy | None = None
         self._profiler = None
         self._measuring = False
-        self._reported = False
+        self._halted = False  # loopaudit stopped the measurement (halt): nothing after it counts
+        self._reported = False  # the final report is written
+        self._writing = threading.Lock()  # halt writes from loopaudit's thread, the rest from the script's
         self._loaders: dict[int, tuple[LoaderRecord, int]] = {}  # id(loader) -> (record, index)
         self._empty_cache: dict[tuple[str, int], SiteRecord] = {}
         self._original_showwarning = None
@@ -101,7 +107,7 @@ class Probe:
 
         def __next__(iterator):
             entry = getattr(iterator, "_loopaudit_loader", None)
-            if entry is None or os.getpid() != probe.pid:
+            if entry is None or os.getpid() != probe.pid or probe._halted:
                 return original_next(iterator)
             record, index = entry
             if probe._primary_optimizer is None and probe._batches_fetched:
@@ -178,7 +184,7 @@ class Probe:
     # --- steps -------------------------------------------------------------------------------
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if os.getpid() != self.pid:
+        if os.getpid() != self.pid or self._halted:
             return
         if self._primary_optimizer is None:
             self._primary_optimizer = id(optimizer)
@@ -230,10 +236,11 @@ class Probe:
             except OSError:
                 self._progress_path = None  # progress is a courtesy, never a failure
         if seen == self.warmup + self.window + self.result.startup_excluded and self._measuring:
-            self.result.window_complete = True
-            self.result.stopped = self.stop
-            self._close_window()
-            self.write()
+            with self._writing:
+                self.result.window_complete = True
+                self.result.stopped = self.stop
+                self._close_window()
+                self._write_final()
             if self.stop:
                 raise AuditComplete()
         # The next step starts now: what the probe itself did above is not the script's time.
@@ -242,6 +249,8 @@ class Probe:
     # --- the measured window -------------------------------------------------------------------
 
     def _open_window(self) -> None:
+        if self._halted:
+            return  # halted inside the step that would have opened it
         if self.profile and self._profiler is None:
             self._start_profiler()
         self._measuring = True
@@ -300,14 +309,40 @@ class Probe:
 
     def finish(self) -> None:
         """Called when the script ends or stops, so a short run still reports what it measured."""
-        if os.getpid() == self.pid and not self._reported:
-            self._close_window()
-            self.write()
-
-    def write(self) -> None:
         if os.getpid() != self.pid:
             return
+        with self._writing:
+            if not self._reported:
+                self._close_window()
+                self._write_final()
+
+    def halt(self) -> None:
+        """loopaudit is stopping the run (--timeout, a signal): end the measurement now, whatever the
+        script does next (ignore SIGINT, catch KeyboardInterrupt and evaluate), and write the report.
+
+        Called from loopaudit's thread while the script's main thread runs on, so it only switches off
+        what the hooks look at and writes what they recorded; the spy and the profiler stay installed.
+        If the script then stops on the SIGINT that follows, `finish` writes the report again: the same
+        measurements, and the trace."""
+        with self._writing:
+            if self._reported:
+                return  # the window was complete, or the script ended: its report is written
+            self._halted = True
+            self._measuring = False
+            self.batches.enabled = False
+            if self._spy is not None:
+                self._spy.disable()
+            self._write()
+
+    def _write_final(self) -> None:
         self._reported = True
+        self._write()
+
+    def _write(self) -> None:
+        spy = self._spy
+        if spy is not None:  # halted inside the window: what the spy has counted so far
+            self.result.syncs = list(spy.sites.values())
+            self.result.batch_moves = list(spy.batch_moves.values())
         self.result.loaders = [record for record, _ in sorted(self._loaders.values(), key=lambda entry: entry[1])]
         self.result.empty_cache = list(self._empty_cache.values())
         if self._step_sites:

@@ -129,7 +129,7 @@ class SyncSpy:
         for owner, name in SYNCHRONIZE:
             self._patch(owner, name, self._watch(owner, name, "synchronize", _ALWAYS, device_free=True))
         # DataLoader workers forked during the window inherit the wrappers: they must stay quiet.
-        os.register_at_fork(after_in_child=self._disable)
+        os.register_at_fork(after_in_child=self.disable)
 
     def uninstall(self) -> None:
         self._enabled = False
@@ -153,7 +153,9 @@ class SyncSpy:
             record.discard()
         self.stall_seconds = 0.0
 
-    def _disable(self) -> None:
+    def disable(self) -> None:
+        """Count nothing more (the wrappers stay until `uninstall`): in a forked worker, and once
+        loopaudit has halted the measurement."""
         self._enabled = False
 
     def _patch(self, owner, name: str, make) -> None:
