@@ -107,6 +107,7 @@ class RuntimeRule(Rule):
     needs_step = False
     needs_cuda = False
     requires_cuda: ClassVar[bool] = False  # its script examples show only on a CUDA machine
+    needs_trace: ClassVar[bool] = False  # it reads the profiler trace: its script examples run with --profile
     valid_traces: ClassVar[tuple[str, ...]] = ()
     invalid_traces: ClassVar[tuple[str, ...]] = ()
 

@@ -28,9 +28,11 @@ def test_the_scan_finds_the_slow_loop_s_habits_and_nothing_in_its_fixed_twin():
 
 def test_the_run_measures_the_slow_loop_s_costs_and_passes_the_fixed_twin(tmp_path):
     pytest.importorskip("torch", reason="the dynamic mode needs torch (pip install 'loopaudit[profile]')")
-    # One intra-op thread: on a busy 2-CPU machine torch's two wait for each other, and the slow loop's
-    # step grew from 180 to 505 ms, its data waits (the sleeps of its dataset) under LA602's 5%.
-    one_thread = {"OMP_NUM_THREADS": "1"}
+    # The CPU path, as the README shows it: on an H100 the fixed twin's two workers cannot keep up
+    # with a 2 ms step, and LA602 rightly says so (docs/gpu-validation.md). One intra-op thread: on a
+    # busy 2-CPU machine torch's two wait for each other, and the slow loop's step grew from 180 to
+    # 505 ms, its data waits (the sleeps of its dataset) under LA602's 5%.
+    one_thread = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     slow = run_cli("run", str(EXAMPLES / "slow_loop.py"), "--warmup", "2", "--steps", "6", "--output-format", "json", cwd=tmp_path, env=one_thread)
     assert slow.returncode == 1, slow.err
     document = json.loads(slow.out)

@@ -4,6 +4,7 @@ through the optimizer hook, its sync sites named by line, its DataLoader read li
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -49,6 +50,7 @@ def run_probe(tmp_path, script_text: str, **overrides):
     completed = subprocess.run(
         [sys.executable, "-m", "loopaudit.profiling.child", str(tmp_path / "config.json"), "train.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},  # the CPU path, on a machine with a GPU too
     )
     report = json.loads((tmp_path / "report.json").read_text()) if (tmp_path / "report.json").exists() else None
     return completed, report

@@ -51,7 +51,7 @@ def run_example(tmp_path, rule, example: str) -> list[tuple[int, str]]:
     (tmp_path / "example.py").write_text(example)
     result = run_cli(
         "run", "example.py", "--warmup", "2", "--steps", "6", "--select", rule.code, "--output-format", "json",
-        cwd=tmp_path,
+        *(["--profile"] if rule.needs_trace else []), cwd=tmp_path,
     )
     assert result.returncode in (0, 1), result.err
     document = json.loads(result.out)

@@ -103,3 +103,26 @@ def test_a_gzipped_trace_reads_like_the_plain_one(tmp_path):
     plain.write_bytes(document)
     packed.write_bytes(gzip.compress(document))
     assert [e.name for e in load_trace(plain).events] == [e.name for e in load_trace(packed).events] == ["aten::mm"]
+
+
+def test_the_probes_own_frames_are_not_the_scripts_line(tmp_path):
+    """A trace that `loopaudit run --profile` recorded (seen on an H100, docs/gpu-validation.md) holds
+    loopaudit's wrappers between the script and torch: the sync belongs to the script's frame."""
+    import json
+
+    def event(name: str, cat: str, ts: float, dur: float, **args) -> dict:
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": 1, "args": args}
+
+    events = [
+        event("ProfilerStep#1", "user_annotation", 0, 100),
+        event("train.py(12): <module>", "python_function", 1, 98),
+        event("loopaudit/profiling/spy.py(244): make", "python_function", 10, 80),
+        event("aten::item", "cpu_op", 20, 60),
+        event("cudaStreamSynchronize", "cuda_runtime", 30, 40, correlation=7),
+        {"ph": "X", "name": "Memcpy DtoH (Device -> Pageable)", "cat": "gpu_memcpy", "ts": 40, "dur": 5, "pid": 0, "tid": 7,
+         "args": {"correlation": 7, "bytes": 4}},
+    ]
+    path = tmp_path / "run.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100"}]}))
+    (site,) = analyze_trace(load_trace(path)).syncs
+    assert (site.call, site.operator, str(site.frame)) == ("cudaStreamSynchronize", "aten::item", "train.py:12")

@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .intervals import IntervalSet
+from .sites import is_own_file
 from .timing import median_and_p90
 from .trace import GPU_ACTIVITY, Category, Event, Trace
 
@@ -276,8 +277,14 @@ def _parse_frame(text: str) -> SourceFrame | None:
 
 
 def _is_user_file(path: str) -> bool:
+    """Not torch's, another library's, the interpreter's, or loopaudit's own: a trace that `loopaudit
+    run --profile` recorded holds the probe's wrappers between the script's line and torch, named
+    `loopaudit/profiling/spy.py` (torch writes a path from the sys.path folder it is under) or, for
+    a checkout installed in place, by their path on this machine."""
     normalized = path.replace("\\", "/")
-    return not normalized.startswith(("torch/", "<")) and not any(part in normalized for part in _LIBRARY_PARTS)
+    if normalized.startswith(("torch/", "<", "loopaudit/")) or is_own_file(path):
+        return False
+    return not any(part in normalized for part in _LIBRARY_PARTS)
 
 
 def _outermost_operator(operators: list[Event]) -> str | None:

@@ -93,6 +93,7 @@ class GpuIdleBetweenKernels(RuntimeRule):
         "    optimizer.step()  # expect: LA605\n",
     )
     requires_cuda = True
+    needs_trace = True
     # Traces that `loopaudit analyze` reads on any machine: kernels back to back, then kernels
     # 100 microseconds long in steps of 1000.
     valid_traces = (_trace_document([(50, 1000), (1050, 1000), (2050, 900)], steps=3, step_us=1000),)

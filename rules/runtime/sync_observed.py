@@ -116,13 +116,17 @@ class SyncObservedInStep(RuntimeRule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # On a GPU the syncs are real; on the CPU each is reported as one that would be there.
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
-        "model = torch.nn.Linear(16, 4)\n"
+        "cuda = torch.cuda.is_available()\n"
+        "device = \"cuda\" if cuda else \"cpu\"\n"
+        "model = torch.nn.Linear(16, 4).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "data = TensorDataset(torch.randn(4096, 16), torch.randint(0, 4, (4096,)))\n"
         "best = float(\"inf\")\n"
-        "for x, y in DataLoader(data, batch_size=32):\n"
+        "for x, y in DataLoader(data, batch_size=32, pin_memory=cuda):\n"
+        "    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)  # pinned: no sync\n"
         "    out = model(x)\n"
         "    loss = torch.nn.functional.cross_entropy(out, y)\n"
         "    optimizer.zero_grad()\n"
