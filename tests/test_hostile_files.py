@@ -198,3 +198,14 @@ def test_a_file_name_holding_the_line_marks_delimiters_gets_its_line_numbers(tmp
     result = run_cli("scan", ".", "--output-format", "json", "--no-cache", cwd=tmp_path)
     contexts = {f["context"] for f in json.loads(result.out)}
     assert contexts == {f"step loop `for x in loader` ({caller}:4) → `step()` ({caller}:5)"}
+
+
+def test_the_measured_reports_source_lines_break_where_python_breaks_them(tmp_path):
+    """A form feed or a vertical tab inside a string is no line end to Python: the lines after it
+    must not shift (str.splitlines() ends lines there too)."""
+    from loopaudit.profiling.audit import SourceLines
+
+    script = tmp_path / "train.py"
+    script.write_bytes(b"a = '\\x0c\x0c\x0b\x1c'\r\nb = 2\rc = 3\n")
+    lines = SourceLines()
+    assert [lines.line(str(script), row) for row in (2, 3)] == ["b = 2", "c = 3"]

@@ -46,7 +46,9 @@ class SourceLines:
         if path not in self._files:
             try:
                 with open(path, encoding="utf-8", errors="replace") as stream:
-                    self._files[path] = stream.read().splitlines()
+                    # Text mode ends lines at \n, \r\n and \r, as Python does; splitlines() would also
+                    # end them at a form feed and other separators, shifting every later line.
+                    self._files[path] = stream.read().split("\n")
             except OSError:
                 self._files[path] = None
         lines = self._files[path]
