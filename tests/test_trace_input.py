@@ -9,10 +9,9 @@ import gzip
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
-import tempfile
-import time
 
 import ijson
 import pytest
@@ -46,28 +45,35 @@ def write_gzip_bomb(path, head: bytes, filler: bytes, tail: bytes, size: int) ->
         out.write(gzip.compress(tail))
 
 
+# Starts the command and prints its peak RSS. A process forked from this test process would carry the
+# test process's own size into its ru_maxrss (Linux keeps the larger of the memory before and after
+# exec): a pytest worker that ran a few hundred tests made a 40 MB analysis read as 460 MB. Forked
+# from this small launcher instead, the command's peak is its own.
+_MEASURED = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[2:])\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "with open(sys.argv[1], 'w') as out:\n"
+    "    out.write(f'{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}')\n"
+)
+
+
 def analyze_measured(path, timeout: float = 120) -> tuple[int, str, str, int]:
     """`loopaudit analyze PATH --output-format json` in a fresh process: exit status, stdout, stderr,
-    and the peak RSS in bytes of that process alone (os.wait4: RUSAGE_CHILDREN would give the
-    largest of every child this test process ever had)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen([*loopaudit_command(), "analyze", str(path), "--output-format", "json"], stdout=out, stderr=err)
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                child.kill()
-                os.wait4(child.pid, 0)
-                pytest.fail(f"`loopaudit analyze` ran past {timeout} s: it hangs")
-            time.sleep(0.05)
-        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode()
+    and the peak RSS in bytes of that process alone (os.wait4 in a small launcher, _MEASURED)."""
+    measured = path.parent / "measured.txt"
+    command = [sys.executable, "-c", _MEASURED, str(measured), *loopaudit_command(), "analyze", str(path), "--output-format", "json"]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = launcher.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)  # the launcher and the command it started
+        launcher.communicate()
+        pytest.fail(f"`loopaudit analyze` ran past {timeout} s: it hangs")
+    stdout, stderr = out.decode(), err.decode()
     assert "Traceback" not in stderr, stderr
-    return child.returncode, stdout, stderr, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    status, peak = (int(value) for value in measured.read_text().split())
+    return status, stdout, stderr, peak * (1 if sys.platform == "darwin" else 1024)
 
 
 # The issue's reproducers, through the installed command. Before the trace was read as a stream,
