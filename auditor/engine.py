@@ -595,12 +595,13 @@ Outcome = tuple[list[Finding], list[str], str | None, str | None]
 # (by path: the digest of the bytes read, and what they said).
 _DerivedFacts = tuple[dict[str, ProjectFacts], dict[str, tuple[str, TextFacts]]]
 
-
-def _summary_text(summary: ModuleSummary) -> str:
-    return json.dumps(to_plain(summary, ModuleSummary), ensure_ascii=False, separators=(",", ":"))
 # The digest of a file the project asked for that gave no summary (a syntax error, no rules to run):
 # the project must not wait for it.
 UNANALYSABLE = "unanalysable"
+
+
+def _summary_text(summary: ModuleSummary) -> str:
+    return json.dumps(to_plain(summary, ModuleSummary), ensure_ascii=False, separators=(",", ":"))
 
 
 def _total(outcomes: list[Outcome], facts: dict[str, ProjectFacts]) -> ScanResult:
