@@ -47,6 +47,15 @@ def own_collector() -> None:
     _owned = True
 
 
+def own_worker_collector() -> None:
+    """own_collector, in a worker process forked from the command: what it inherited is frozen at
+    once, unwalked. That is the command's whole heap (a warm scan's cache entries, a layout of
+    thousands of paths), which the first parse's collection would otherwise walk, copying every
+    page it touches: 0.5 s of a one-file re-scan of a large project."""
+    own_collector()
+    gc.freeze()
+
+
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
     enabled = gc.isenabled()

@@ -665,7 +665,7 @@ class _Workers:
             return outcomes
         if self._pool is None:
             # The workers run loopaudit alone: they may keep their trees out of the collector's way.
-            self._pool = WorkerPool(self.jobs, _analyze_item, collector.own_collector, self.cpu_seconds)
+            self._pool = WorkerPool(self.jobs, _analyze_item, collector.own_worker_collector, self.cpu_seconds)
         # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
         # test files) must not end up in one worker's batch while the others sit idle.
         order = sorted(range(len(work)), key=lambda i: _size(work[i][0]), reverse=True)

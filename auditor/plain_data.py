@@ -10,6 +10,11 @@ The types are the engine's own annotations: dataclasses, NamedTuples, `tuple[...
 scalar (an argument's value: an int or a bool) and a bare `dict` for a JSON object of scalars, lists
 and objects (a finding's measurements). A dataclass or a tuple is written as a JSON array in field
 order; a dict with other than str keys as an array of [key, value] pairs.
+
+A set that one value holds in many places is written once, as pickle would (every module's project
+facts hold the project's root names, thousands of them, by one object): a later occurrence of the
+same object is written `{"same_as": n}`, the n-th shared set written before it, and reads back as
+that very object. The entries of a large project would otherwise hold those names a thousand times.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from collections.abc import Callable
 
 # How deep a bare `dict` may nest: a finding's measurements are two levels deep.
 _MAX_FREE_DEPTH = 16
+# Sets of at least this many items are written once per value (see above); smaller ones cost less
+# written out than referred to.
+_SHARED_FROM = 8
 
 
 class InvalidData(ValueError):
@@ -30,15 +38,17 @@ class InvalidData(ValueError):
 
 def to_plain(value, kind) -> object:
     """`value`, declared as `kind`, as JSON-ready lists, dicts and scalars."""
-    return _codec(kind)[0](value)
+    return _codec(kind)[0](value, {})
 
 
 def from_plain(kind, data: object):
     """The value of type `kind` that `data` (as json.loads gave it) stands for; InvalidData if none."""
-    return _codec(kind)[1](data)
+    return _codec(kind)[1](data, [])
 
 
-_Codec = tuple[Callable[[object], object], Callable[[object], object]]
+# encode(value, shared: id of each shared set written -> its number) and decode(data, shared: the
+# shared sets read so far, in the order they were written).
+_Codec = tuple[Callable[[object, dict], object], Callable[[object, list], object]]
 _CODECS: dict[object, _Codec] = {}
 
 
@@ -52,16 +62,14 @@ def _codec(kind) -> _Codec:
 def _make_codec(kind) -> _Codec:
     if kind is type(None) or kind is None:
         return _same, _exactly(type(None))
-    if kind in (str, bool):
+    if kind in (str, bool, int):
         return _same, _exactly(kind)
-    if kind is int:
-        return _same, _integer
     if kind is float:
         return _same, _number
     if kind is object:
-        return _same, _scalar
+        return _same, lambda data, shared: _scalar(data)
     if kind is dict:
-        return _same, lambda data: _free(data, 0)
+        return _same, lambda data, shared: _free(data, 0)
     if dataclasses.is_dataclass(kind):
         return _record_codec(kind, [field.name for field in dataclasses.fields(kind)], keywords=True)
     if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields"):  # a NamedTuple
@@ -71,33 +79,32 @@ def _make_codec(kind) -> _Codec:
         return _union_codec(arguments)
     if origin is tuple and not (len(arguments) == 2 and arguments[1] is Ellipsis):
         return _fixed_tuple_codec(arguments)
-    if origin in (tuple, list, frozenset, set):
+    if origin in (frozenset, set):
+        return _set_codec(origin, arguments[0])
+    if origin in (tuple, list):
         return _sequence_codec(origin, arguments[0])
     if origin is dict:
         return _dict_codec(*arguments)
     raise TypeError(f"plain_data cannot carry values of type {kind!r}")
 
 
-def _same(value):
+def _same(value, shared):
     return value
 
 
-def _exactly(kind: type):
-    def check(data):
-        if type(data) is not kind:
-            raise InvalidData(f"expected {kind.__name__}, found {type(data).__name__}")
+class _exactly:
+    """The decoder of a scalar type that JSON keeps apart (an int is no bool, a bool no int)."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+
+    def __call__(self, data, shared=None):
+        if type(data) is not self.kind:
+            raise InvalidData(f"expected {self.kind.__name__}, found {type(data).__name__}")
         return data
 
-    return check
 
-
-def _integer(data):
-    if type(data) is not int:
-        raise InvalidData(f"expected int, found {type(data).__name__}")
-    return data
-
-
-def _number(data):
+def _number(data, shared):
     if type(data) is int:
         return float(data)
     if type(data) is not float or not math.isfinite(data):
@@ -132,16 +139,32 @@ def _array(data, length: int | None = None) -> list:
     return data
 
 
+def _items_decoder(item_decode):
+    """data, shared -> the decoded items of an array. Items of one scalar type are checked in one pass."""
+    if isinstance(item_decode, _exactly):
+        kind = item_decode.kind
+
+        def scalars(data, shared):
+            items = _array(data)
+            for item in items:
+                if type(item) is not kind:
+                    raise InvalidData(f"expected {kind.__name__}, found {type(item).__name__}")
+            return items
+
+        return scalars
+    return lambda data, shared: [item_decode(item, shared) for item in _array(data)]
+
+
 def _record_codec(kind: type, names: list[str], *, keywords: bool) -> _Codec:
     hints = typing.get_type_hints(kind)
     fields = [(name, _codec(hints[name])) for name in names]
 
-    def encode(value):
-        return [field_encode(getattr(value, name)) for name, (field_encode, _) in fields]
+    def encode(value, shared):
+        return [field_encode(getattr(value, name), shared) for name, (field_encode, _) in fields]
 
-    def decode(data):
+    def decode(data, shared):
         items = _array(data, len(fields))
-        values = [field_decode(item) for (_, (_, field_decode)), item in zip(fields, items)]
+        values = [field_decode(item, shared) for (_, (_, field_decode)), item in zip(fields, items)]
         return kind(**dict(zip(names, values))) if keywords else kind(*values)
 
     return encode, decode
@@ -154,11 +177,11 @@ def _union_codec(alternatives: tuple) -> _Codec:
         raise TypeError(f"plain_data carries only unions of one type and None, not {alternatives!r}")
     inner_encode, inner_decode = others[0]
 
-    def encode(value):
-        return None if value is None else inner_encode(value)
+    def encode(value, shared):
+        return None if value is None else inner_encode(value, shared)
 
-    def decode(data):
-        return None if data is None and optional else inner_decode(data)
+    def decode(data, shared):
+        return None if data is None and optional else inner_decode(data, shared)
 
     return encode, decode
 
@@ -166,27 +189,51 @@ def _union_codec(alternatives: tuple) -> _Codec:
 def _fixed_tuple_codec(kinds: tuple) -> _Codec:
     codecs = [_codec(kind) for kind in kinds]
 
-    def encode(value):
-        return [item_encode(item) for (item_encode, _), item in zip(codecs, value)]
+    def encode(value, shared):
+        return [item_encode(item, shared) for (item_encode, _), item in zip(codecs, value)]
 
-    def decode(data):
-        return tuple(item_decode(item) for (_, item_decode), item in zip(codecs, _array(data, len(codecs))))
+    def decode(data, shared):
+        return tuple(item_decode(item, shared) for (_, item_decode), item in zip(codecs, _array(data, len(codecs))))
 
     return encode, decode
 
 
 def _sequence_codec(container: type, item_kind) -> _Codec:
     item_encode, item_decode = _codec(item_kind)
-    plain_items = item_encode is _same
+    items = _items_decoder(item_decode)
 
-    def encode(value):
-        return list(value) if plain_items else [item_encode(item) for item in value]
+    def encode(value, shared):
+        return list(value) if item_encode is _same else [item_encode(item, shared) for item in value]
 
-    def decode(data):
+    return encode, lambda data, shared: container(items(data, shared))
+
+
+def _set_codec(container: type, item_kind) -> _Codec:
+    """As a sequence, but a large set met again is written as a reference to its first writing."""
+    item_encode, item_decode = _codec(item_kind)
+    items = _items_decoder(item_decode)
+
+    def encode(value, shared):
+        if len(value) >= _SHARED_FROM:
+            number = shared.get(id(value))
+            if number is not None:
+                return {"same_as": number}
+            shared[id(value)] = len(shared)  # the value is alive as long as what holds it: ids stay unique
+        return list(value) if item_encode is _same else [item_encode(item, shared) for item in value]
+
+    def decode(data, shared):
+        if type(data) is dict:
+            number = data.get("same_as")
+            if len(data) != 1 or type(number) is not int or not 0 <= number < len(shared):
+                raise InvalidData("a reference to no set written before it")
+            return shared[number]
         try:
-            return container(item_decode(item) for item in _array(data))
-        except TypeError:  # an unhashable item (a list) for a frozenset
+            value = container(items(data, shared))
+        except TypeError:  # an unhashable item (a list)
             raise InvalidData("an item cannot be a member of a set") from None
+        if len(data) >= _SHARED_FROM:  # as the writer counted: the items as written
+            shared.append(value)
+        return value
 
     return encode, decode
 
@@ -196,20 +243,23 @@ def _dict_codec(key_kind, value_kind) -> _Codec:
     value_encode, value_decode = _codec(value_kind)
     if key_kind is str:  # a JSON object
 
-        def decode_object(data):
+        def encode_object(value, shared):
+            return {key: value_encode(item, shared) for key, item in value.items()}
+
+        def decode_object(data, shared):
             if type(data) is not dict:
                 raise InvalidData(f"expected an object, found {type(data).__name__}")
-            return {key: value_decode(value) for key, value in data.items()}
+            return {key: value_decode(item, shared) for key, item in data.items()}
 
-        return (lambda value: {key: value_encode(item) for key, item in value.items()}), decode_object
+        return encode_object, decode_object
 
-    def encode(value):
-        return [[key_encode(key), value_encode(item)] for key, item in value.items()]
+    def encode(value, shared):
+        return [[key_encode(key, shared), value_encode(item, shared)] for key, item in value.items()]
 
-    def decode(data):
+    def decode(data, shared):
         pairs = [_array(pair, 2) for pair in _array(data)]
         try:
-            return {key_decode(key): value_decode(item) for key, item in pairs}
+            return {key_decode(key, shared): value_decode(item, shared) for key, item in pairs}
         except TypeError:
             raise InvalidData("a key cannot be a dict key") from None
 

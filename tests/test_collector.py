@@ -87,3 +87,17 @@ def test_a_library_caller_s_collector_is_left_as_it_was():
     finally:
         gc.enable()
     assert gc.get_freeze_count() == frozen
+
+
+def test_a_forked_worker_freezes_what_it_inherits_without_walking_it():
+    """The command's heap, copied into each worker at fork (cache entries, the project's layout),
+    must not be walked by the worker's collections: own_worker_collector moves it out of their sight."""
+    output = _python("""
+        import gc
+        from loopaudit import collector
+
+        inherited = [[n] for n in range(50_000)]  # stands for what the command holds when it forks
+        collector.own_worker_collector()
+        print(collector._owned, gc.get_freeze_count() >= len(inherited))
+    """)
+    assert output == "True True"

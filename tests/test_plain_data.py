@@ -72,6 +72,9 @@ def test_types_are_kept_where_json_would_blur_them():
     (dict, [1]),
     (dict, {"a": {"b": [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}}),
     (Finding | None, 0),
+    (tuple[frozenset[str], frozenset[str]], [list("abcdefgh"), {"same_as": 1}]),  # refers past what was written
+    (tuple[frozenset[str], frozenset[str]], [list("abcdefgh"), {"same_as": "0"}]),
+    (frozenset[str], {"same_as": 0}),
 ])
 def test_data_that_does_not_fit_its_type_is_refused(kind, data):
     with pytest.raises(InvalidData):
@@ -81,3 +84,16 @@ def test_data_that_does_not_fit_its_type_is_refused(kind, data):
 def test_a_type_it_cannot_carry_is_a_programming_error():
     with pytest.raises(TypeError):
         to_plain(b"bytes", bytes)
+
+
+def test_a_large_set_held_in_many_places_is_written_once_and_read_back_as_one_object():
+    """Every module's project facts hold the project's root names by one object: pickle wrote it once,
+    and so must the cache, or a large project's entries grow with modules times roots."""
+    roots = frozenset(f"package_{n}" for n in range(1000))
+    facts = {f"m{n}.py": ProjectFacts(roots=roots, cuda=n % 2 == 0) for n in range(50)}
+    kind = dict[str, ProjectFacts]
+    text = json.dumps(to_plain(facts, kind))
+    assert text.count("package_999") == 1
+    back = from_plain(kind, json.loads(text))
+    assert back == facts
+    assert len({id(each.roots) for each in back.values()}) == 1
