@@ -55,7 +55,7 @@ def run(
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Steps to let run before measuring (start-up, caches, lazy init).")] = 5,
     stop: Annotated[bool, typer.Option("--stop/--no-stop", help="Stop the script once the steps are measured, or let it finish.")] = True,
     trace_out: Annotated[Optional[str], typer.Option("--trace-out", help="Where to write the trace (implies --profile). Default: SCRIPT.pt.trace.json here.")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", min=0, help="Interrupt the script after this many seconds and report what was measured.")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=0, help="Stop the script this many seconds after it starts (importing torch not counted), and report what was measured.")] = None,
     output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")] = OutputFormat.full,
     select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (static and runtime).")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
