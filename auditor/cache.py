@@ -64,15 +64,13 @@ class ResultCache:
         self.misses = 0
         self._writable = True
         self._signing_key: bytes | None = None  # read when first needed; b"": none can be had
+        self._key_problem = ""  # why none can be had
 
     def prepare(self) -> str | None:
         """Create the folder (with a .gitignore that ignores it whole, and a CACHEDIR.TAG that tells
         backup tools to skip it). None when it is ready, else why the scan runs without it."""
-        try:
-            self._signing_key = _signing_key()
-        except OSError as error:
-            self._signing_key = b""
-            return f"cannot keep the cache's signing key in {_key_file()}: {error.strerror or error}"
+        if not self._key():
+            return f"cannot keep the cache's signing key in {_key_file()}: {self._key_problem}"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             for name, text in ((".gitignore", "# Created by loopaudit.\n*\n"), ("CACHEDIR.TAG", _CACHEDIR_TAG)):
@@ -192,8 +190,8 @@ class ResultCache:
         if self._signing_key is None:
             try:
                 self._signing_key = _signing_key()
-            except OSError:
-                self._signing_key = b""
+            except OSError as error:
+                self._signing_key, self._key_problem = b"", error.strerror or str(error)
         return self._signing_key
 
     def _sign(self, body: bytes) -> bytes:

@@ -30,7 +30,7 @@ from .module_index import ModuleIndex, build_index
 from .origins import LineMarks, LineResolver
 from .plain_data import from_plain, to_plain
 from .positions import Positions, print_rewritten, source_lines
-from .python_check import TooComplex, too_complex_for_python
+from .python_check import Refusal, python_refusal, too_complex_for_python
 from .form_feeds import without_leading_form_feeds
 from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, TextFacts, derive_facts, marked_folders, summarize
 from .prefilter import may_contain_findings
@@ -149,8 +149,7 @@ def analyze_source(
         # Only a project's files are analysed again in later rounds: a library's are not kept.
         module = _RECENT_MODULES.parse(parsed_text, keep=facts is not None)
     except _RefusedByPython as refused:
-        message = f"syntax error, the file cannot be parsed: {refused.why.reason}"
-        return FileAnalysis(_file_problem(SYNTAX_ERROR, display_name, options, message, refused.why.line, refused.why.column, text))
+        return FileAnalysis(_syntax_error(refused.why, display_name, options, text))
     except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as error:
         return FileAnalysis(_parse_failure(text, display_name, options, error))
     if not source_rules or ("torch" not in text and facts is None):
@@ -166,7 +165,7 @@ def analyze_source(
 class _RefusedByPython(Exception):
     """CPython's own parser refuses the text for its size or nesting (python_check.py)."""
 
-    def __init__(self, why: TooComplex) -> None:
+    def __init__(self, why: Refusal) -> None:
         self.why = why
 
 
@@ -249,20 +248,21 @@ def _parse_failure(text: str, display_name: str, options: ScanOptions, error: Ex
     Python's own words and position (CPython's parser runs only for files that already failed);
     where Python accepts the text, that loopaudit could not analyse it (libcst lags a grammar, or
     gives up on what CPython takes)."""
-    try:
-        compile(text, "<scanned>", "exec", dont_inherit=True)
-    except SyntaxError as python_error:
-        message = f"syntax error, the file cannot be parsed: {python_error.msg}"
-        return _file_problem(SYNTAX_ERROR, display_name, options, message, python_error.lineno or 1, python_error.offset or 1, text)
-    except (ValueError, RecursionError, MemoryError) as python_error:
-        message = f"syntax error, the file cannot be parsed: {str(python_error) or type(python_error).__name__}"
-        return _file_problem(SYNTAX_ERROR, display_name, options, message, 1, 1, text)
+    refused = python_refusal(text)
+    if refused is not None:
+        return _syntax_error(refused, display_name, options, text)
     if isinstance(error, cst.ParserSyntaxError):
         row, column, reason = error.raw_line, error.raw_column + 1, error.message
     else:
         row, column, reason = 1, 1, type(error).__name__
     message = f"loopaudit could not analyse the file: libcst's parser cannot read it, though Python can ({reason})"
     return _file_problem(NOT_ANALYSED, display_name, options, message, row, column, text)
+
+
+def _syntax_error(refused: Refusal, display_name: str, options: ScanOptions, text: str) -> list[Finding]:
+    """LA001 where CPython refuses the text, in its words and at its place."""
+    message = f"syntax error, the file cannot be parsed: {refused.reason}"
+    return _file_problem(SYNTAX_ERROR, display_name, options, message, refused.line, refused.column, text)
 
 
 def _apply_rules(

@@ -25,37 +25,46 @@ _DEFAULT_RECURSION_LIMIT = 1000
 
 
 @dataclass(frozen=True)
-class TooComplex:
-    """Where and why CPython's parser gives up on the file."""
+class Refusal:
+    """Where and why CPython refuses the file, and whether for its size or nesting (a limit) rather
+    than its grammar."""
 
     line: int
     column: int
     reason: str
+    limit: bool
 
 
-def too_complex_for_python(text: str) -> TooComplex | None:
+def python_refusal(text: str) -> Refusal | None:
+    """What running the file would meet first: CPython's compile() error, or None when it compiles."""
+    return _refusal(lambda: compile(text, "<scanned>", "exec", dont_inherit=True))
+
+
+def too_complex_for_python(text: str) -> Refusal | None:
     """CPython's refusal when its parser cannot take the text for its size or nesting, else None."""
+    if python_refusal(text) is None:
+        return None
+    # compile() failed: ask the parser alone, since the compiler also rejects what ast accepts
+    # (`return` outside a function, 21 nested loops), which the analysis reads fine; and a grammar
+    # error is not the interpreter's to judge (see above).
+    refusal = _refusal(lambda: ast.parse(text))
+    return refusal if refusal is not None and refusal.limit else None
+
+
+def _refusal(parse) -> Refusal | None:
+    """`parse()`'s error as a Refusal, run with Python's default recursion limit; None if it passes."""
     with _default_recursion_limit():
         try:
-            compile(text, "<scanned>", "exec", dont_inherit=True)
-            return None
-        except (SyntaxError, RecursionError, MemoryError, ValueError):
-            pass
-        # compile() failed: ask the parser alone, since the compiler also rejects what ast accepts
-        # (`return` outside a function, 21 nested loops), which the analysis reads fine.
-        try:
-            ast.parse(text)
-            return None
+            parse()
         except SyntaxError as error:
-            if not _a_limit(error.msg):
-                return None  # a grammar error: the interpreter's grammar is not the judge (see above)
-            return TooComplex(error.lineno or 1, error.offset or 1, error.msg)
+            return Refusal(error.lineno or 1, error.offset or 1, error.msg, _a_limit(error.msg))
         except RecursionError as error:
-            return TooComplex(1, 1, f"it nests too deeply for Python's parser ({error})")
+            return Refusal(1, 1, f"it nests too deeply for Python's parser ({error})", True)
         except MemoryError:
-            return TooComplex(1, 1, "it nests too deeply for Python's parser (its stack overflowed)")
+            return Refusal(1, 1, "it nests too deeply for Python's parser (its stack overflowed)", True)
         except ValueError as error:  # NUL bytes are caught before; anything else the parser refuses
-            return TooComplex(1, 1, str(error))
+            return Refusal(1, 1, str(error), True)
+    return None
 
 
 def _a_limit(message: str) -> bool:
