@@ -6,7 +6,8 @@ no such rule: it either rejects the line ("no matching outer block for dedent") 
 drops the form feed from the tree, whose printed code then differs from the file.
 
 So such a line is analysed without the whitespace up to its last form feed, which is what CPython
-sees. Lines keep their numbers; the columns of a changed line move, and are given back (`restore`).
+sees. Lines keep their numbers; the columns of a changed line move, and the engine gives them back
+(`engine._restore_form_feeds`).
 A form feed on a line of its own, or after code, is whitespace to both parsers and stays.
 """
 
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import re
 
+from .positions import NEWLINE
+
 # Leading whitespace holding a form feed, up to and including the last one, before something other
 # than the end of the line.
 _LEADING = re.compile(r"(?:\A|(?<=[\r\n]))[ \t\f]*\f(?=[ \t]*[^\s])")
-_NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
 def without_leading_form_feeds(text: str) -> tuple[str, dict[int, int]]:
@@ -29,7 +31,7 @@ def without_leading_form_feeds(text: str) -> tuple[str, dict[int, int]]:
     parts = []
     line, counted_to, kept_from = 1, 0, 0
     for match in _LEADING.finditer(text):
-        line += len(_NEWLINE.findall(text, counted_to, match.start()))
+        line += len(NEWLINE.findall(text, counted_to, match.start()))
         counted_to = match.start()
         removed[line] = match.end() - match.start()
         parts.append(text[kept_from:match.start()])

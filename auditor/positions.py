@@ -29,19 +29,19 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from .walk import parent_map
 
-_NEWLINE = re.compile(r"\r\n|\r|\n")
+NEWLINE = re.compile(r"\r\n|\r|\n")  # a line break as Python and libcst read one
 
 
 def source_lines(text: str) -> list[str]:
     """The text's lines, broken where Python breaks them (as line_starts), without their ends."""
-    lines = _NEWLINE.split(text)
+    lines = NEWLINE.split(text)
     return lines[:-1] if lines[-1] == "" else lines
 
 
 def line_starts(text: str) -> list[int]:
     """Offset of each line's first character, with libcst's idea of a line break (not str.splitlines',
     which also breaks at form feeds and other separators)."""
-    return [0, *(match.end() for match in _NEWLINE.finditer(text))]
+    return [0, *(match.end() for match in NEWLINE.finditer(text))]
 
 
 @dataclass(frozen=True)
