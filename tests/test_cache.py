@@ -32,6 +32,11 @@ def new_cache(folder: Path) -> ResultCache:
     return cache
 
 
+def _entries(cache_folder: Path) -> list[Path]:
+    """The entry files of a cache folder (below its version folder), not its markers."""
+    return [p for p in cache_folder.glob("*/*/*") if p.is_file()]
+
+
 @pytest.mark.parametrize("name", sorted(PROJECTS))
 def test_cold_and_warm_scans_report_what_a_scan_without_cache_does(tmp_path, name):
     project = tmp_path / "project"
@@ -148,7 +153,7 @@ def test_corrupt_and_truncated_entries_are_misses_never_crashes(tmp_path):
     write_project(project, PROJECTS["two projects in one scan: each utils.py is the one beside its caller"])
     fresh = scan(project)
     scan(project, new_cache(tmp_path / "cache"))
-    entries = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.parent.parent.parent == tmp_path / "cache"]
+    entries = _entries(tmp_path / "cache")
     assert entries
     for number, entry in enumerate(entries):
         entry.write_bytes(b"" if number % 2 else b"\x80\x05not json")
@@ -223,10 +228,6 @@ def test_entries_of_other_loopaudit_versions_are_removed(tmp_path):
     assert scan(tmp_path / "p", cache) == scan(tmp_path / "p")
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) == sorted([cache.folder.name, "notes"])
 
-
-def _entries(cache_folder: Path) -> list[Path]:
-    """The entry files of a cache folder (below its version folder), not its markers."""
-    return [p for p in cache_folder.glob("*/*/*") if p.is_file()]
 
 
 def test_a_crafted_pickle_entry_committed_to_the_repository_runs_no_code(tmp_path):
