@@ -15,9 +15,12 @@ import os
 import pty
 import select
 import signal
+import shutil
 import subprocess
+import tempfile
 import textwrap
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -101,8 +104,11 @@ class Run:
 
     def __init__(self, folder: Path, handling: str) -> None:
         self.folder = folder
-        self.temp = folder / "tmp"
-        self.temp.mkdir()
+        # Short, whatever the test's folder is called: torch's DataLoader workers share tensors through
+        # a unix socket in TMPDIR, and a socket's path may not exceed 107 bytes (pytest's folders under
+        # xdist, `/tmp/pytest-of-root/pytest-123/popen-gw1/test_a_signal_to_loopaudit_sto0/tmp/...`, do).
+        self.temp = Path(tempfile.mkdtemp(prefix="la-"))
+        weakref.finalize(self, shutil.rmtree, self.temp, True)
         (folder / "train.py").write_text(SCRIPT.replace("HANDLING", textwrap.indent(HANDLING[handling], "    ").lstrip()))
         self.environment = {**os.environ, "TMPDIR": str(self.temp)}
         self.process: subprocess.Popen | None = None
