@@ -92,20 +92,24 @@ def main() -> None:
     parser.add_argument("--show", action="store_true", help="list every false positive and miss")
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose loopaudit is scored")
     args = parser.parse_args()
-    counts = score(args.folders, tuple(args.codes.split(",")), args.show, args.python)
+    print_table(score(args.folders, tuple(args.codes.split(",")), args.show, args.python))
+
+
+def print_table(counts: dict[str, collections.Counter], width: int = 8) -> None:
+    """tp / fp / fn, precision and recall of each family, then of all (score_blind.py prints it too)."""
     total = collections.Counter()
-    print(f"{'family':8} {'tp':>4} {'fp':>4} {'fn':>4} {'precision':>9} {'recall':>7}")
+    print(f"{'family':{width}} {'tp':>4} {'fp':>4} {'fn':>4} {'precision':>9} {'recall':>7}")
     for family in sorted(counts):
         total.update(counts[family])
-        _row(family, counts[family])
-    _row("all", total)
+        _row(family, counts[family], width)
+    _row("all", total, width)
 
 
-def _row(name: str, c: collections.Counter) -> None:
+def _row(name: str, c: collections.Counter, width: int) -> None:
     tp, fp, fn = c["tp"], c["fp"], c["fn"]
     precision = tp / (tp + fp) if tp + fp else float("nan")
     recall = tp / (tp + fn) if tp + fn else float("nan")
-    print(f"{name:8} {tp:4} {fp:4} {fn:4} {precision:9.2f} {recall:7.2f}")
+    print(f"{name:{width}} {tp:4} {fp:4} {fn:4} {precision:9.2f} {recall:7.2f}")
 
 
 if __name__ == "__main__":
