@@ -10,9 +10,11 @@ context.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
-from .names import terminal_name
+from .names import dotted_name, terminal_name
 from .module_index import argument_for, named_param
 
 _ARITHMETIC = {
@@ -63,8 +65,16 @@ def command_line_default(expr, at, depth: int = 0):
         if type(left) is int and type(right) is int and not (right == 0 and isinstance(expr.operator, (cst.Divide, cst.FloorDivide))):
             return int(operate(left, right))
         return UNKNOWN
-    if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value  # `cfg["num_workers"]`
+        if isinstance(key, cst.SimpleString) and dotted_name(expr.value) is not None:
+            name = key.evaluated_value
+            return _argparse_defaults(at).get(name, UNKNOWN) if isinstance(name, str) else UNKNOWN
         return UNKNOWN
+    if not isinstance(expr, cst.Attribute) or dotted_name(expr.value) is None:
+        return UNKNOWN
+    # `args.workers`, `self.args.num_workers`, `hparams.num_workers`, `config.DATA.NUM_WORKERS`: read
+    # by the option's or the key's name
     return _argparse_defaults(at).get(expr.attr.value, UNKNOWN)
 
 
@@ -93,12 +103,34 @@ def _default_of(function, name: str) -> cst.BaseExpression | None:
 
 
 def _argparse_defaults(at) -> dict:
+    """The declared defaults of the command-line options, by destination: this module's own, then
+    those the project facts carry from the other modules (the parser in run.py, read in a data
+    factory that gets `args` handed down)."""
     # Once per analysis, so kept on the analysis's step model, not on the index, which a later round
     # reuses: a default may be read from what other modules pass (the facts change between rounds).
     cached = getattr(at.steps, "_la2_argparse_defaults", None)
     if cached is not None:
         return cached
+    defaults = declared_defaults(at)
+    facts = at.steps.facts
+    for dest, value in facts.command_line_defaults if facts is not None else ():
+        defaults.setdefault(dest, value)
+    at.steps._la2_argparse_defaults = defaults
+    return defaults
+
+
+def declared_defaults(at) -> dict:
+    """This module's declared settings: the defaults of its `add_argument(..., default=...)` options
+    by destination, and the keys of its module-level configuration objects (`hparams =
+    HParams(num_workers=16)`, `CFG = {"workers": 4}`, yacs' `_C.DATA.NUM_WORKERS = 8`). A key maps to
+    UNKNOWN when its value is no literal, or when it is declared twice with different ones."""
     defaults: dict = {}
+
+    def declare(key: str, value) -> None:
+        defaults[key] = UNKNOWN if key in defaults and defaults[key] != value else value
+
+    for key, value in _configuration_keys(at):
+        declare(key, value)
     for site in at.index.calls:
         call = site.call
         if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_argument":
@@ -114,12 +146,37 @@ def _argparse_defaults(at) -> dict:
         if not dest:
             continue
         default = keywords.get("default")
-        value = constant(default, at, depth=2) if default is not None else UNKNOWN
-        if dest in defaults and defaults[dest] != value:
-            value = UNKNOWN  # declared twice with different defaults
-        defaults[dest] = value
-    at.steps._la2_argparse_defaults = defaults
+        declare(dest, constant(default, at, depth=2) if default is not None else UNKNOWN)
     return defaults
+
+
+# What builds a configuration object: HParams, EasyDict, edict, dict, SimpleNamespace, AttrDict, CfgNode.
+_CONFIGURATION_MAKER = re.compile(r"(?i)param|conf|cfg|dict|namespace|args|option|opts|setting|^hp")
+
+
+def _configuration_keys(at):
+    """(key, value) of the module-level configuration objects: keyword arguments of a call bound to a
+    name (`HParams(...)`, `EasyDict(...)`, `dict(...)`), string keys of a dict literal, and
+    attribute paths set to a literal (`_C.DATA.PIN_MEMORY = True`)."""
+    for statement in at.index.module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                continue
+            target, value = small.targets[0].target, small.value
+            if isinstance(target, cst.Attribute):
+                yield target.attr.value, constant(value, at, depth=2)
+            elif isinstance(value, cst.Call) and _CONFIGURATION_MAKER.search(terminal_name(value.func) or ""):
+                for arg in value.args:
+                    if arg.keyword is not None:
+                        yield arg.keyword.value, constant(arg.value, at, depth=2)
+            elif isinstance(value, cst.Dict):
+                for element in value.elements:
+                    if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+                        key = element.key.evaluated_value
+                        if isinstance(key, str) and key.isidentifier():
+                            yield key, constant(element.value, at, depth=2)
 
 
 
@@ -145,3 +202,24 @@ def _passed_by_other_modules(name: str, function, at) -> set:
     if facts is None:
         return set()
     return {value for qualname, param, value in facts.argument_values if qualname == function.qualname and param == name}
+
+
+_CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count", "torch.get_num_threads"})
+
+
+def counts_cpus(expr: cst.BaseExpression, at) -> bool:
+    """`cpu_count()`, `os.cpu_count()`, `min(8, os.cpu_count())`: as many as the machine has CPUs, a
+    positive number unknown until it runs."""
+    expr = _without_int(expr)
+    if not isinstance(expr, cst.Call):
+        return False
+    qualified = at.index.imports.qualify(expr.func) or ""
+    if qualified in _CPU_COUNTS or (qualified == "" and terminal_name(expr.func) == "cpu_count"):
+        return True
+    if terminal_name(expr.func) in ("min", "max") and isinstance(expr.func, cst.Name):
+        counts = [arg.value for arg in expr.args if not arg.star]
+        return any(counts_cpus(c, at) for c in counts) and all(
+            counts_cpus(c, at) or (type(v := constant(c, at)) is int and v > 0) for c in counts
+        )
+    return False
+

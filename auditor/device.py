@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from typing import TYPE_CHECKING
+
 from .module_index import ModuleIndex
-from .stepmodel import StepModel
+
+if TYPE_CHECKING:
+    from .stepmodel import StepModel
 
 _ACCELERATOR_CLASSES = (
     "accelerate.Accelerator",
@@ -72,6 +76,16 @@ def targets_cuda(index: ModuleIndex, steps: StepModel) -> bool:
     # CIFAR-10 tutorial defines `device = "cuda:0" if ...` and only prints it.
     if not index.moves_to_device:
         return False
+    return names_cuda(index)
+
+
+def names_cuda(index: ModuleIndex) -> bool:
+    """Does the module name CUDA (a "cuda" literal, any `torch.cuda` use) or let torch pick the
+    accelerator (`torch.accelerator.current_accelerator()`, the official examples' idiom since
+    PyTorch 2.6)? With a move to a device, here or in another module of the project (`args.device =
+    torch.device("cuda")` in main.py, `.to(device=args.device)` in agent.py), the code runs on CUDA."""
     if index.cuda_strings:
         return True
-    return any(use.startswith("torch.cuda") for use in cuda_uses)
+    uses = [index.imports.qualify(attribute) or "" for attribute in index.cuda_attributes]
+    uses += index.imports.imported_names()
+    return any(use.startswith(("torch.cuda", "torch.accelerator")) for use in uses)

@@ -22,7 +22,7 @@ import libcst as cst
 
 from .names import ImportTable, dotted_name, terminal_name
 from .walk import walk
-from .patterns import is_cpu_only_test, is_periodic_test, is_rare_branch, is_training_call
+from .patterns import is_cpu_only_test, is_debug_test, is_off_by_default, is_periodic_test, is_rare_branch, is_training_call
 
 
 class FrameKind(enum.Enum):
@@ -33,6 +33,9 @@ class FrameKind(enum.Enum):
     PERIODIC = "periodic"  # the body of `if step % N == 0:` and its kin
     RARE = "rare"  # exception handlers, `if bad: raise`, a loop's `else`: not the common path
     DEFERRED = "deferred"  # a lambda's body: it runs when something calls it, usually later
+    # the body of `if warm_start:` on a parameter declared `warm_start=False`: per-step only when a
+    # caller turns the option on (stepmodel decides)
+    OPTION = "option"
     WITH = "with"  # the body of a `with` block: as its parent for the per-step model; rules read its items
 
 
@@ -170,6 +173,43 @@ class FunctionInfo:
             names = names[1:]
         return names
 
+    @property
+    def signature(self) -> Signature:
+        params = self.node.params
+        named = self.positional_params
+        if self.class_info is not None and any(
+            (dotted_name(d.decorator) or "") == "staticmethod" for d in self.node.decorators
+        ):
+            named = tuple(p.name.value for p in (*params.posonly_params, *params.params))
+        defaulted = sum(1 for p in (*params.posonly_params, *params.params) if p.default is not None)
+        return Signature(
+            named, max(0, len(named) - defaulted), isinstance(params.star_arg, cst.Param),
+            tuple(p.name.value for p in params.kwonly_params), isinstance(params.star_kwarg, cst.Param),
+        )
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a function's parameters accept: enough to tell whether a call could bind to it, the test
+    a resolution by method name applies to its candidates (a receiver whose class is unknown)."""
+
+    params: tuple[str, ...] = ()  # the names positional arguments fill, in order (`self` left out)
+    required: int = 0  # how many of them have no default
+    star_args: bool = True
+    keyword_only: tuple[str, ...] = ()
+    star_kwargs: bool = True
+
+    def accepts(self, positional: int, keywords: tuple[str, ...]) -> bool:
+        """Can a call with this many positional arguments (-1: unknown, it passes `*args`) and these
+        keywords bind here? Keyword-only parameters are taken to have defaults."""
+        if not self.star_kwargs and any(k not in self.params and k not in self.keyword_only for k in keywords):
+            return False
+        if positional < 0:
+            return True
+        if positional > len(self.params) and not self.star_args:
+            return False
+        return all(name in keywords for name in self.params[positional:self.required])
+
 
 @dataclass(eq=False, repr=False)
 class ClassInfo:
@@ -211,8 +251,9 @@ class ModuleIndex:
     moves_to_device: bool = False  # a `.to(...)` call or a `device=` argument: a device is used
     # id(value) -> (name, scope) for `name = value` and `self.name = value`: what a call's result is called
     bound_names: dict[int, tuple[str, Scope]] = field(default_factory=dict)
-    # id(name) -> (order, block) for every name read or written: where it stands among the bindings
-    uses: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # id(name) -> (order, block, innermost loop of its function) for every name read or written:
+    # where it stands among the bindings
+    uses: dict[int, tuple[int, int, LoopInfo | None]] = field(default_factory=dict)
 
 
 class _Indexer:
@@ -259,7 +300,10 @@ class _Indexer:
             if is_periodic_test(node.test, self.loop, self.periodic_names):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
-            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_cpu_only_test(node.test):
+            if is_off_by_default(node.test, self.function.node if self.function is not None else None):
+                self._push(Frame(FrameKind.OPTION, self.frame, node))
+                return
+            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_cpu_only_test(node.test) or is_debug_test(node.test):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
         elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)) and attribute == "body":
@@ -401,8 +445,10 @@ class _Indexer:
     def _visit_attribute(self, node: cst.Attribute) -> None:
         # `torch.cuda` and `torch.cuda.<api>`; which API it is decides whether it proves CUDA use.
         inner = node.value
-        if node.attr.value == "cuda" or (isinstance(inner, cst.Attribute) and inner.attr.value == "cuda"):
-            self.index.cuda_attributes.append(node)
+        if node.attr.value in ("cuda", "accelerator") or (
+            isinstance(inner, cst.Attribute) and inner.attr.value in ("cuda", "accelerator")
+        ):
+            self.index.cuda_attributes.append(node)  # (`torch.accelerator.current_accelerator()` picks CUDA where there is one)
 
     def _visit_import(self, node: cst.Import | cst.ImportFrom) -> None:
         self.index.imports.add(node)
@@ -482,7 +528,7 @@ class _Indexer:
                     self._bind_loop_target(inner, _element_of(iterable, position), loop)
 
     def _visit_name(self, node: cst.Name) -> None:
-        self.index.uses[id(node)] = (next(_BINDING_ORDER), self.block)
+        self.index.uses[id(node)] = (next(_BINDING_ORDER), self.block, self._here())
 
     _visitors = {
         cst.Name: _visit_name,

@@ -158,6 +158,35 @@ def is_rare_branch(body: cst.BaseSuite, in_loop: bool = True) -> bool:
     return False
 
 
+# Flags that switch on debugging output: code under them does not run in a normal training run.
+_DEBUG_FLAG = re.compile(r"(?i)^(debug|debugging|debug_mode|verbose|vis|visualize|visualise|visualization|plot|show|display)$")
+
+
+def is_debug_test(test: cst.BaseExpression) -> bool:
+    """`if args.debug:`, `if opt.debug > 0:`, `if self.verbose:`, `if vis:`: a branch taken only when
+    the user asks for debugging output (issue 23 chose: not per-step, so not reported). A test that
+    mixes in anything else (`if debug or step % 10 == 0`) is not one."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        test = test.left
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        name = terminal_name(test)
+        return name is not None and _DEBUG_FLAG.match(name) is not None
+    return False
+
+
+def is_off_by_default(test: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
+    """`if warm_start:` where the function declares `warm_start=False`: an option its callers must
+    turn on, or the run never takes the branch."""
+    if function is None or not isinstance(test, cst.Name):
+        return False
+    params = function.params
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        if param.name.value == test.value:
+            default = param.default
+            return isinstance(default, cst.Name) and default.value == "False"
+    return False
+
+
 def is_cpu_only_test(test: cst.BaseExpression) -> bool:
     """`if mode == "cpu":`, `if device.type == 'cpu':`, `if not torch.cuda.is_available():`: a branch
     that a run on the GPU does not take (YOLOX's CPU fallback after an out-of-memory error)."""

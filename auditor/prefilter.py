@@ -28,9 +28,14 @@ _STEP_LOOP = re.compile(
     r"\b(?:train|val|valid|validation|test|eval|dev)_?iter(?:ator)?\b)|"
     r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\([^\n]*)?t?range\([^\n]*(?:steps?\b|iters?\b|iterations\b|batches\b|iter_num)|"
     r"^[ \t]*for[ \t]+(?:step|it|iter|iteration|global_step|batch_?idx|\w+_step)[ \t]+in[ \t]+(?:range|trange)\(|"
-    r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)",
+    r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)|"
+    # a walk over data that is no DataLoader: a dataset by index, a list of files (stepmodel.walks_data)
+    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*range\(len\(|"
+    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*(?:file_?list|files|filenames|file_?names|paths|image_?paths|img_?list|image_?list|wav_?list|video_?list|samples)\b",
     re.M,
 )
+# A generator function (`def datagen(...): ... yield batch`) that a loop of the same file may walk.
+_YIELD = re.compile(r"^[ \t]+yield\b", re.M)
 
 
 def _trains(text: str) -> bool:
@@ -68,7 +73,9 @@ def _has_step_hint(text: str) -> bool:
         return True
     if any(hook in text for hook in _HOOKS) and _HOOK.search(text):
         return True
-    return _STEP_LOOP.search(text) is not None
+    if _STEP_LOOP.search(text) is not None:
+        return True
+    return "yield" in text and _YIELD.search(text) is not None and re.search(r"^[ \t]*for\b", text, re.M) is not None
 
 
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)
@@ -98,11 +105,14 @@ def may_contain_findings(
     torch; its train.py never says "cuda"), so only the signs of step code count. A module the
     project needs whatever it holds (a model its steps call, every model of a project that trains
     on CUDA) is asked for by the project's facts instead (project.py)."""
+    # A rule that reports outside any step (LA502's deprecated `torch.cuda.amp`) must see every file
+    # that holds its text, in a project as much as alone: a model file with no step code of its own
+    # is no exception.
+    if any(re.search(hint, text) for hint in stepless_hints):
+        return True
     if not in_project:
         if "torch" not in text:
             return False
-        if any(re.search(hint, text) for hint in stepless_hints):
-            return True
         if only_cuda_rules and not _CUDA_HINT.search(text):
             return False
     if any(hook in text for hook in extra_hooks):

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import libcst as cst
 
 from .canonical import content_digest
-from .constants import At, setting_value
-from .module_index import FrameKind
+from .constants import At, declared_defaults, setting_value
+from .device import names_cuda
+from .module_index import FrameKind, Signature
 from .names import dotted_name
 from .positions import source_lines
 
@@ -70,10 +71,13 @@ class ProjectFacts:
     return_classes: tuple[tuple[str, str], ...] = ()
     # (call target, parameter, its position or -1, whether the loop trains): functions of other modules
     # whose step loop iterates what the call passes for that parameter (a DataLoader built here)
-    iterates: tuple[tuple[str, str, int, bool], ...] = ()
+    iterates: tuple[tuple[str, str, int, bool, bool], ...] = ()  # (..., whether the loop trains, whether again and again)
     # (qualname, element or -1 for the whole value, trains, again and again): what a function of this
     # module returns is iterated by a step loop elsewhere (a DataLoader a helper builds and returns)
     returned_uses: tuple[tuple[str, int, bool, bool], ...] = ()
+    # (destination, value): the declared defaults of the command-line options of the other modules
+    # (int or bool, the same wherever declared): `args.num_workers` in a data factory handed `args`
+    command_line_defaults: tuple[tuple[str, object], ...] = ()
     # The prefilter ruled the module out, but it loops and imports a module whose functions train or
     # hold a step loop: its loops may feed them, so it is parsed after all.
     imports_training: bool = False
@@ -101,7 +105,10 @@ class ProjectFacts:
         )
         if not self.active:
             return steps
-        return (*steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds, self.return_classes)
+        return (
+            *steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds, self.return_classes,
+            self.command_line_defaults,
+        )
 
     def grown(self, newer: ProjectFacts) -> ProjectFacts:
         """These facts joined with a later round's. What is known about steps and CUDA only grows,
@@ -124,8 +131,9 @@ class ProjectFacts:
         )
 
     def reaches_project(self, target: str) -> bool:
-        # ".x" relative, "@file:Class.m" a class a caller handed in, "*.m" a method of an untyped object
-        return target.startswith((".", "@", "*", "&")) or target.split(".", 1)[0] in self.roots
+        # ".x" relative, "@file:Class.m" a class a caller handed in, "*.m" a method of an untyped object,
+        # "&mods:name" a star import, "^Class.m" the overrides of a method called on self
+        return target.startswith((".", "@", "*", "&", "^")) or target.split(".", 1)[0] in self.roots
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,10 @@ class CallEdge:
     # (position or keyword, value) of each argument that is a setting read statically (constants.py)
     values: tuple[tuple[str, object], ...] = ()
     caller_class: str = ""  # the top-level class whose method makes the call ("" outside any class)
+    # How many positional arguments it passes (-1: a `*args` or `**kwargs` makes it unknown) and the
+    # keywords: which methods of that name it could call, when the receiver's class is unknown.
+    positional: int = -1
+    keywords: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,9 +162,12 @@ class FunctionFacts:
     has_step_loop: bool
     step_work: bool
     params: tuple[str, ...] = ()  # positional parameters, `self` left out: position -> name
-    iterates: tuple[tuple[str, bool], ...] = ()  # parameters a step loop of its own iterates, and whether it trains
+    # parameters a step loop of its own iterates, whether it trains, and whether it iterates them again
+    # and again (once per epoch: a loader the constructor keeps for `train()` to iterate every epoch)
+    iterates: tuple[tuple[str, bool, bool], ...] = ()
     loader_settings: tuple[str, ...] = ()  # parameters it passes on as a DataLoader's arguments (`num_workers=workers`)
     abstract: bool = False  # a method a subclass must provide: `pass`, `...` or `raise NotImplementedError` only
+    signature: Signature = Signature()  # what calls it accepts (a call resolved by method name must fit)
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,16 @@ class ModuleSummary:
     # or a step hook: a job that feeds models data, not only a loop of a library's own algorithms
     # (a batched RANSAC, `for data in data_iter: check(data)`)
     feeds_models: bool = False
+    # (destination, value) of its command-line options whose declared default is an int or a bool
+    command_line_defaults: tuple[tuple[str, object], ...] = ()
+    # It names CUDA without moving anything to a device, or the reverse: with a module of the same
+    # repository doing the other half, the project runs on CUDA (device.names_cuda).
+    names_cuda: bool = False
+    moves_to_device: bool = False
+    # module-level name -> what its dict literal maps keys to, as this module names them
+    # (`trainer_dict = {"base": BaseTrainer, "crd": CRDTrainer}`): a call `trainer_dict[key](...)`
+    # may construct or call any of them
+    registries: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
@@ -203,9 +228,8 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         for name, cls in index.classes.items()
     }
     edges = []
-    for site in index.calls:
-        target = steps.external_target(site)
-        if target is None or not facts.reaches_project(target):
+    for site, target in ((site, target) for site in index.calls for target in steps.external_targets(site)):
+        if not facts.reaches_project(target):
             continue
         reason = steps.reason(site.frame)
         if (
@@ -216,9 +240,11 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         per_step = describe(reason, site.call) if reason is not None else None
         arguments, classes, values = [], [], []
         at = At(site.scope, index, steps)
-        for position, arg in enumerate(site.call.args[:8]):
+        for position, arg in enumerate(site.call.args):
             if arg.star:
                 break
+            if position >= 8 and arg.keyword is None:
+                continue  # (every keyword counts: a caller turning an option on, `use_amp=args.use_amp`)
             key = arg.keyword.value if arg.keyword is not None else str(position)
             arguments.append((key, tensors.kind_at(arg.value, site.scope, site.frame).value))
             value = setting_value(arg.value, at)
@@ -227,14 +253,17 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             cls = steps.class_made_by(arg.value, site.scope)
             if cls is not None:
                 classes.append((key, cls))
+        starred = any(arg.star for arg in site.call.args)
         edges.append(CallEdge(
             target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes), _result_uses(steps, site),
             tuple(values), _outermost_class(site.frame),
+            -1 if starred else sum(1 for arg in site.call.args if arg.keyword is None),
+            tuple(arg.keyword.value for arg in site.call.args if arg.keyword is not None),
         ))
     step_loops = [loop for loop in index.loops if steps.is_step_loop(loop)]
     has_hook = any(steps.hook_name(function) is not None for function in index.functions)
     feeds_models = has_hook or any(
-        steps.loop_trains(loop) or steps.fetches_batch(loop)
+        steps.loop_trains(loop) or steps.fetches_batch(loop) or steps.walks_data(loop)
         or (steps.iterates_loader(loop) and steps.does_step_work(loop.all_calls))
         for loop in step_loops
     )
@@ -248,9 +277,15 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         site.call.func.value for site in index.calls
         if isinstance(site.call.func, cst.Name) and site.call.func.value in index.classes
     )
+    registries = {name: members for name in index.module_scope.assignments if (members := steps.registry(name))}
     return ModuleSummary(
         functions, bases, tuple(edges), cuda, returns, factories, bool(step_loops) or has_hook, returned_classes,
         _field_classes(index, steps), classes_made, feeds_models,
+        names_cuda=names_cuda(index), moves_to_device=index.moves_to_device, registries=registries,
+        command_line_defaults=tuple(sorted(
+            (dest, value) for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
+            if type(value) in (int, bool)
+        )),
     )
 
 
@@ -297,7 +332,31 @@ def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
             element = binding.position if binding.kind == "element" else -1
             for trains, again in steps.step_loop_uses(name, site.scope, binding.loop is not None):
                 uses.add((element, trains, again))
+            for trains, again in _returned_on(steps, site.scope, name):
+                uses.add((element, trains, again))  # mdistiller's get_dataset(cfg) passes its loaders on
     return tuple(sorted(uses))
+
+
+def _returned_on(steps: StepModel, scope, name: str) -> list[tuple[bool, bool]]:
+    """(trains, again) of the step loops elsewhere that iterate what the function of `scope` returns,
+    where it returns `name` (whole, or as an element of a returned tuple)."""
+    facts = steps.facts
+    function = steps.function_info(scope.function) if scope.function is not None else None
+    if facts is None or function is None or not facts.returned_uses:
+        return []
+    elements = set()
+    for returned in function.returns:
+        if isinstance(returned, cst.Name) and returned.value == name:
+            elements.add(-1)
+        elif isinstance(returned, cst.Tuple):
+            elements.update(
+                i for i, element in enumerate(returned.elements)
+                if isinstance(element.value, cst.Name) and element.value.value == name
+            )
+    return [
+        (trains, again) for qualname, element, trains, again in facts.returned_uses
+        if qualname == function.qualname and element in elements
+    ]
 
 
 def _function_facts(steps: StepModel, function) -> FunctionFacts:
@@ -307,6 +366,7 @@ def _function_facts(steps: StepModel, function) -> FunctionFacts:
         steps.iterated_params(function),
         _loader_settings(steps, function),
         _is_abstract(function),
+        function.signature,
     )
 
 
@@ -443,6 +503,8 @@ class ProjectLayout:
         self.methods: dict[str, list[tuple[str, str]]] = {}
         # field name -> "@file:Class" of the one class the project stores under that name (derive_facts)
         self.fields: dict[str, str] = {}
+        # (the summaries it was read from, "@file:Base" -> ["@file:Sub"]) (_subclasses)
+        self.subclasses: tuple[dict, dict[str, list[str]]] | None = None
         self._loose_folders: set[str] = set()
         self._libraries: dict[str, bool] = {}
         self._packages_on_disk: dict[str, bool] = {}
@@ -708,11 +770,12 @@ def derive_facts(
             fields.setdefault(name, set()).add(_absolute_class(layout, path, cls) or cls)
     layout.fields = {name: cls for name, (cls, *more) in fields.items() if not more and cls.startswith("@")}
     resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
-    cuda = _cuda_closure(resolved, summaries)
+    split = _split_cuda_evidence(resolved, summaries)
+    cuda = _cuda_closure(resolved, summaries, split)
 
     # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
     trains: dict[str, set[str]] = {}
-    iterates: dict[str, set[tuple[str, str, int, bool]]] = {}
+    iterates: dict[str, set[tuple[str, str, int, bool, bool]]] = {}
     returned: dict[str, set[tuple[str, int, bool, bool]]] = {}
     values: dict[str, set[tuple[str, str, object]]] = {}
     loops: dict[str, set[str]] = {}
@@ -725,9 +788,9 @@ def derive_facts(
                 for known, found in ((trains, target.trains), (loops, target.has_step_loop), (work, target.step_work)):
                     if found:
                         known.setdefault(path, set()).add(edge.target)
-                for param, trained in target.iterates:
+                for param, trained, again in target.iterates:
                     position = target.params.index(param) if param in target.params else -1
-                    iterates.setdefault(path, set()).add((edge.target, param, position, trained))
+                    iterates.setdefault(path, set()).add((edge.target, param, position, trained, again))
                 for key, value in edge.values:
                     name = _parameter_named(target.params, key)
                     if name in target.loader_settings:
@@ -748,7 +811,7 @@ def derive_facts(
     }
     unseen = set() if models_asked else _enter_unseen_models(layout, summaries, resolved, feeding, entered)
     if unseen:
-        cuda = _cuda_closure(resolved, summaries, unseen)  # and on into what those models call
+        cuda = _cuda_closure(resolved, summaries, unseen | split)  # and on into what those models call
 
     # Values (argument and return kinds, classes) only matter where a finding can be: in a module
     # that targets CUDA and runs code per step. Elsewhere they would only stir more rounds.
@@ -795,6 +858,12 @@ def derive_facts(
         path for path, summary in summaries.items()
         if any(f.trains or (f.has_step_loop and summary.feeds_models) for f in summary.functions.values())
     }
+    # The command-line defaults of the whole project, where every declaration of an option agrees.
+    declared: dict[str, set] = {}
+    for summary in summaries.values():
+        for dest, value in summary.command_line_defaults:
+            declared.setdefault(dest, set()).add((type(value), value))
+    options = tuple(sorted((dest, value) for dest, ((_, value), *more) in declared.items() if not more))
     facts = {}
     for path in layout.paths:
         facts[path] = ProjectFacts(
@@ -817,6 +886,7 @@ def derive_facts(
             return_classes=tuple(sorted(returned_classes.get(path, {}).items())),
             active=path in active,
             reached=path in reached,
+            command_line_defaults=options if path in active else (),
         )
     return facts
 
@@ -881,6 +951,15 @@ def _parameter_named(params: tuple[str, ...], key: str) -> str:
 def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, ModuleSummary]):
     """(edge, file, qualname) for each call of `path` that enters another scanned module."""
     for edge in summaries[path].edges:
+        if edge.target.startswith("*."):
+            yield from _by_method_name(layout, path, edge, summaries)
+            continue
+        if edge.target.endswith("[]"):
+            yield from _registry_members(layout, path, edge, summaries)
+            continue
+        if edge.target.startswith("^"):
+            yield from _overrides_elsewhere(layout, path, edge, summaries)
+            continue
         made = edge.target.endswith("()")
         hit = layout.resolve(path, edge.target[:-2] if made else edge.target)
         if hit is None or hit[0] == path:
@@ -899,6 +978,105 @@ def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, Modul
         yield edge, file, qualname
 
 
+def _overrides_elsewhere(layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]):
+    """`self.train_iter(data)` in class C of `path`: the `train_iter` of each subclass of C (at any
+    depth) that another module defines and overrides it in."""
+    cls, _, method = edge.target[1:].rpartition(".")
+    subclasses = _subclasses(layout, summaries)
+    todo, seen = [f"@{path}:{cls}"], set()
+    while todo:
+        for sub in subclasses.get(todo.pop(), ()):
+            if sub in seen:
+                continue
+            seen.add(sub)
+            todo.append(sub)
+            file, _, name = sub[1:].rpartition(":")
+            if file != path and f"{name}.{method}" in summaries[file].functions:
+                yield edge, file, f"{name}.{method}"
+
+
+def _subclasses(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> dict[str, list[str]]:
+    """"@file:Base" -> ["@file:Sub", ...], for the classes of the analysed modules (once per derivation)."""
+    cached = layout.subclasses
+    if cached is not None and cached[0] is summaries:
+        return cached[1]
+    found: dict[str, list[str]] = {}
+    for file, summary in summaries.items():
+        for name, bases in summary.class_bases.items():
+            for base in bases:
+                where = f"@{file}:{base}" if base in summary.class_bases else _absolute_class(layout, file, base)
+                if where is not None:
+                    found.setdefault(where, []).append(f"@{file}:{name}")
+    layout.subclasses = (summaries, found)
+    return found
+
+
+def _registry_members(layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]):
+    """`trainer_dict[cfg.TRAINER](...)` with `trainer_dict` imported from another module: a call of
+    each member of that module's dict literal, resolved from there."""
+    hit = layout.resolve(path, edge.target[:-2])
+    if hit is None:
+        return
+    file, name = hit
+    if file not in summaries:
+        # Not analysed (a package's __init__.py with no step code): reached, so the next round reads it.
+        yield replace(edge, per_step=None, result_uses=()), file, name
+        return
+    for member in summaries[file].registries.get(name, ()):
+        target = layout.resolve(file, member) if not member.startswith("<local>.") else (file, member[8:])
+        if target is None:
+            continue
+        owner, qualname = target
+        if owner in summaries:
+            if qualname not in summaries[owner].functions and f"{qualname}.__init__" in summaries[owner].functions:
+                qualname = f"{qualname}.__init__"
+            owner, qualname = _through_bases(layout, owner, qualname, summaries)
+        if owner != path:
+            yield edge, owner, qualname
+
+
+# A method name that more of the project's classes than this define (with a signature the call fits)
+# says nothing about which one a call means.
+MAX_NAMESAKES = 6
+
+
+def _by_method_name(layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]):
+    """A call of a method on an object whose class cannot be known (built by `hydra.utils.instantiate`,
+    a registry, `getattr(module, name)(...)`): every method of the project's classes with that name
+    whose parameters the call's arguments fit, as call graphs resolve such calls (PyCG's fallback).
+    The reach chain says it was resolved by name. A library scanned with the project is left out of a
+    project's calls; methods read from the text of a module the prefilter skipped (no signature
+    known) count only when they are the one method of that name."""
+    method = edge.target[2:]
+    owners = layout.methods.get(method, ())
+    library = layout.is_library(path)
+    fitting = []
+    for file, qualname in owners:
+        if file == path or (layout.is_library(file) and not library):
+            continue
+        facts = summaries[file].functions.get(qualname) if file in summaries else None
+        if facts is None:
+            if len(owners) == 1:
+                fitting.append((file, qualname))
+            else:
+                # Known from its text only: not entered yet, but reached, so that it is analysed and
+                # the next round can tell whether the call fits it.
+                yield replace(edge, per_step=None, result_uses=()), file, qualname
+        elif not facts.abstract and facts.signature.accepts(edge.positional, edge.keywords):
+            fitting.append((file, qualname))
+    if not fitting and not owners and method in layout.fields:
+        # `nets.discriminator(x)`: calling what the project stores under that name, its forward
+        hit = layout.resolve(path, edge.target)
+        fitting = [hit] if hit is not None else []
+    if len(fitting) > MAX_NAMESAKES:
+        return
+    for file, qualname in fitting:
+        named = edge
+        if edge.per_step is not None and owners:
+            named = replace(edge, per_step=f"{edge.per_step}, resolved by name to `{qualname}`")
+        yield named, file, qualname
+
+
 def _text_methods(text: str) -> tuple[str, ...]:
     found = []
     owner, indent = None, None
@@ -913,6 +1091,27 @@ def _text_methods(text: str) -> tuple[str, ...]:
             if method.group(1) == indent:
                 found.append(f"{owner}.{method.group(2)}")
     return tuple(found)
+
+
+def _split_cuda_evidence(resolved, summaries: dict[str, ModuleSummary]) -> set[str]:
+    """Modules whose CUDA evidence is split between them: one module names CUDA (Rainbow's main.py
+    sets `args.device = torch.device("cuda")`) and calls into modules that move things to a device
+    (agent.py's `.to(device=args.device)`), directly or through other modules. The namer and the
+    movers it reaches count as targeting CUDA; unrelated scripts beside them do not."""
+    found = set()
+    for path, summary in summaries.items():
+        if not summary.names_cuda or summary.moves_to_device:
+            continue  # (a module with both halves decided for itself)
+        seen, todo = {path}, [path]
+        while todo:
+            for _, file, _ in resolved.get(todo.pop(), ()):
+                if file not in seen:
+                    seen.add(file)
+                    todo.append(file)
+        movers = {file for file in seen if file in summaries and summaries[file].moves_to_device}
+        if movers:
+            found |= movers | {path}
+    return found
 
 
 def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[str] = frozenset()) -> dict[str, bool]:

@@ -28,6 +28,7 @@ from .module_index import (
 )
 from .project import ProjectFacts
 from .names import dotted_name, terminal_name
+from .walk import iter_subtree
 from .patterns import (
     BATCH_FETCH,
     FORWARD_CALLEE,
@@ -56,6 +57,35 @@ _MODEL_WRAPPERS = frozenset({
     "torch.nn.parallel.distributed.DistributedDataParallel", "torch.compile",
 })
 _MODEL_WRAPPER_NAMES = frozenset({"DistributedDataParallel", "DataParallel", "DDP"})
+
+# Of those, names that projects' own classes define often, called with arguments a builtin's method
+# of that name would not take: an agent's or a meter's `update(value, n)`, a metric's `compute(x)`.
+_NAMESAKE_METHODS = frozenset({"update", "compute", "log", "forward", "run", "reset"})
+# Arguments the containers and tensors' methods of those names take: dict.update(other, **kw) or
+# Module.forward(x...); more than one positional argument is a project's own method.
+_BUILTIN_ARITY = {"update": 1, "compute": 0, "log": 0, "forward": 99, "run": 0, "reset": 0}
+# Libraries whose calls never return an object of the project's classes.
+_KNOWN_LIBRARIES = frozenset({
+    "torch", "numpy", "np", "collections", "math", "os", "sys", "time", "json", "logging", "re",
+    "random", "itertools", "functools", "pathlib", "tqdm", "pandas", "PIL", "cv2", "torchvision",
+    "wandb", "tensorboardX", "argparse", "copy", "datetime", "threading", "multiprocessing", "queue",
+    "scipy", "sklearn", "transformers", "accelerate", "gym", "gymnasium", "matplotlib", "csv", "pickle",
+})
+
+
+def _fits_no_builtin(method: str, call: cst.Call) -> bool:
+    positional = sum(1 for arg in call.args if arg.keyword is None and not arg.star)
+    return positional > _BUILTIN_ARITY.get(method, 99)
+
+
+def _fits(function: FunctionInfo, call: cst.Call) -> bool:
+    if any(arg.star for arg in call.args):
+        return function.signature.accepts(-1, ())
+    return function.signature.accepts(
+        sum(1 for arg in call.args if arg.keyword is None),
+        tuple(arg.keyword.value for arg in call.args if arg.keyword is not None),
+    )
+
 
 def _is_builtin(name: str) -> bool:
     return name in _BUILTINS
@@ -130,6 +160,7 @@ class StepModel:
         self._sites_by_call: dict[int, CallSite] | None = None
         self._nested: dict[int, list[FunctionInfo]] | None = None  # id(function) -> functions defined in it
         self._step_work: dict[int, bool] = {}
+        self._guarded_calls: dict[int, list[CallSite]] | None = None  # id(periodic frame) -> the calls in its body
         self._entered: dict[int, str] = self._entered_from_elsewhere()
         self._engine_hooks: dict[int, str] = self._find_engine_hooks()
         for site in index.calls:
@@ -175,6 +206,9 @@ class StepModel:
             if isinstance(receiver, cst.Name) and receiver.value in {"self", "cls"}:
                 cls = site.frame.enclosing_class()
                 found = self._methods(cls, (method,)) if cls else []
+                if found and cls is not None:
+                    # `self.train_iter(...)` in a base class runs a subclass's override on its instances
+                    found = found + self._overrides(cls, method)
                 if not found:
                     # `self.encoder(x)` with `self.encoder = Encoder(...)`, a class of this module.
                     owner = self.class_of(func, site.scope)
@@ -187,12 +221,82 @@ class StepModel:
                 if cls is not None:
                     return self._methods(cls, (method,))
             # `self.agent.play_step(...)`, `callback.on_train_batch_end(...)`: an object we cannot
-            # type, but only one class of this module has a method of that name.
-            if method not in _COMMON_METHODS:
-                owners = self._methods_named.get(method, [])
-                if len(owners) == 1:
-                    return owners
+            # type: the methods of this module's classes with that name that the call fits.
+            if self.by_name(site):
+                return [f for f in self._methods_named.get(method, []) if _fits(f, site.call)]
         return []
+
+    def by_name(self, site: CallSite) -> bool:
+        """Is this method call one to resolve by the method's name? Its receiver's class is unknown, yet
+        nothing says it is no object of the project: not a module, a container, a string or number, nor
+        what a library call returns. Names that the containers, tensors, modules and optimizers of
+        torch define (`step`, `train`, `append`) are left out unless the call's arguments say otherwise
+        (`update` of a dict takes one mapping; a meter's or an agent's `update` takes more)."""
+        func = site.call.func
+        if not isinstance(func, cst.Attribute):
+            return False
+        method = func.attr.value
+        if method in _COMMON_METHODS and not (method in _NAMESAKE_METHODS and _fits_no_builtin(method, site.call)):
+            return False
+        return not self._foreign(func.value, site.scope)
+
+    def _foreign(self, receiver: cst.BaseExpression, scope: Scope) -> bool:
+        """Is the receiver evidently not an instance of a project class?"""
+        while isinstance(receiver, cst.Subscript):
+            receiver = receiver.value  # `meters["loss"].update(...)`: an element of what it holds
+            if isinstance(receiver, cst.Name) or isinstance(receiver, cst.Attribute):
+                return False
+        if isinstance(receiver, (cst.BaseString, cst.Integer, cst.Float, cst.List, cst.Dict, cst.Set, cst.Tuple,
+                                 cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp)):
+            return True
+        if isinstance(receiver, cst.Call):
+            return self._foreign_value(receiver)
+        if isinstance(receiver, cst.Name):
+            found = scope.lookup(receiver.value)
+            if found is None:
+                return receiver.value in _BUILTINS
+            bindings, _ = found
+        elif isinstance(receiver, cst.Attribute) and isinstance(receiver.value, cst.Name) and receiver.value.value == "self":
+            cls = scope.owner_class
+            bindings = cls.attributes.get(receiver.attr.value, []) if cls is not None else []
+        else:
+            return self.index.imports.qualify(receiver) is not None  # `np.random`, `torch.cuda`
+        values = [b.value for b in bindings if b.kind == "value"]
+        return bool(values) and len(values) == len(bindings) and all(self._foreign_value(v) for v in values)
+
+    def _foreign_value(self, value: cst.BaseExpression) -> bool:
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
+            value = value.func.value
+        if isinstance(value, (cst.BaseString, cst.Integer, cst.Float, cst.List, cst.Dict, cst.Set, cst.Tuple,
+                              cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp)):
+            return True
+        if not isinstance(value, cst.Call):
+            return False
+        if isinstance(value.func, cst.Name) and value.func.value in _BUILTINS:
+            return True
+        qualified = self.index.imports.qualify(value.func)
+        if qualified is None:
+            return False
+        roots = self.facts.roots if self.facts is not None else frozenset()
+        root = qualified.split(".", 1)[0]
+        # `collections.defaultdict(...)`, `torch.optim.Adam(...)`: a library's object. What a call into
+        # the project (or an unknown library's registry: `hydra.utils.instantiate`) returns may be ours.
+        return root in _KNOWN_LIBRARIES and root not in roots
+
+    def _overrides(self, cls: ClassInfo, method: str) -> list[FunctionInfo]:
+        """The `method`s of this module's subclasses of `cls` that override it."""
+        found = []
+        for other in self.index.classes.values():
+            if other is not cls and method in other.methods and self._inherits(other, cls):
+                found.append(other.methods[method])
+        return found
+
+    def _inherits(self, cls: ClassInfo, ancestor: ClassInfo, depth: int = 0) -> bool:
+        for base in cls.bases:
+            parent = self.index.classes.get(terminal_name(base) or "")
+            if parent is ancestor or (parent is not None and parent is not cls and depth < 8 and self._inherits(parent, ancestor, depth + 1)):
+                return True
+        return False
 
     def call_site(self, call: cst.Call) -> CallSite | None:
         """The recorded site of a call node (where it sits, in which scope)."""
@@ -237,6 +341,48 @@ class StepModel:
             self._external[key] = None if self.resolve(site) else self._external_target(site)
         return self._external[key]
 
+    def external_targets(self, site: CallSite) -> list[str]:
+        """external_target, and for a call through a registry (`trainer_dict[cfg.TRAINER](...)`), each
+        of its members: qualified through this module's imports where the dict is this module's,
+        "<dict's qualified name>[]" where it is imported (project.py reads its members there)."""
+        func = site.call.func
+        if isinstance(func, cst.Subscript):
+            name = dotted_name(func.value)
+            if name is not None and "." not in name and self.registry(name):
+                return [m for m in self.registry(name) if not m.startswith("<local>.")]
+            qualified = self.index.imports.qualify(func.value)
+            if qualified is not None:
+                return [qualified + "[]"]
+            return []
+        target = self.external_target(site)
+        found = [target] if target is not None else []
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            cls = site.frame.enclosing_class()
+            if cls is not None and self._methods(cls, (func.attr.value,)):
+                # `self.train_iter(data)` in a base class: the overrides of subclasses in other modules
+                found.append(f"^{cls.name}.{func.attr.value}")
+        return found
+
+    def registry(self, name: str) -> tuple[str, ...]:
+        """The members of a module-level dict literal bound to `name`, when every value is a name of a
+        class or function (imported: qualified; this module's own: "<local>.X")."""
+        found = self.index.module_scope.lookup(name)
+        if not found or len(found[0]) != 1 or found[0][0].kind != "value" or not isinstance(found[0][0].value, cst.Dict):
+            return ()
+        members = []
+        for element in found[0][0].value.elements:
+            if not isinstance(element, cst.DictElement):
+                return ()
+            value = element.value
+            qualified = self.index.imports.qualify(value)
+            if qualified is not None:
+                members.append(qualified)
+            elif isinstance(value, cst.Name) and (value.value in self.index.classes or value.value in self._functions_by_name):
+                members.append(f"<local>.{value.value}")
+            else:
+                return ()
+        return tuple(members)
+
     def _external_target(self, site: CallSite) -> str | None:
         func = site.call.func
         qualified = self.index.imports.qualify(func)
@@ -263,9 +409,9 @@ class StepModel:
             found = site.scope.lookup(func.value)
             if found is None:
                 return "&" + ",".join(self.index.imports.star_modules) + ":" + func.value
-        if isinstance(func, cst.Attribute) and func.attr.value not in _COMMON_METHODS:
-            # `model.parse_batch(batch)` on an object we cannot type: the project may have only
-            # one class with that method (the project index decides).
+        if self.by_name(site):
+            # `model.parse_batch(batch)`, `self.agent.update(batch, step)` on an object we cannot
+            # type: the project's methods of that name that the call fits (project.py decides).
             return f"*.{func.attr.value}"
         return None
 
@@ -289,6 +435,7 @@ class StepModel:
             bindings = cls.attributes.get(expr.attr.value, []) if cls is not None else []
         else:
             return None
+        fallback = None
         for binding in bindings:
             if binding.kind == "element":
                 found_class = self._class_of_element(binding, depth)
@@ -297,8 +444,12 @@ class StepModel:
             else:
                 continue
             if found_class is not None:
-                return found_class
-        return None
+                if found_class.split(".", 1)[0] not in _KNOWN_LIBRARIES:
+                    return found_class
+                fallback = fallback or found_class
+        # `self.Prediction = nn.Linear(...)` or `Attention(...)` by configuration: the project's class
+        # is the one whose code can run per step; the library's only where nothing else is bound.
+        return fallback
 
     def _class_of_element(self, binding, depth: int) -> str | None:
         """`model, criterion = set_model(opt)` where this module's `set_model` returns
@@ -390,7 +541,7 @@ class StepModel:
         known = getattr(self.facts, kind)
         if not known:
             return False
-        return any(self.external_target(site) in known for site in sites)
+        return any(target in known for site in sites for target in self.external_targets(site))
 
     def _entered_from_elsewhere(self) -> dict[int, str]:
         """id(function) -> where it is entered per step from, for the functions other modules call per step."""
@@ -500,6 +651,8 @@ class StepModel:
             return False  # an epoch loop (or an outer loop over splits, models, ...)
         if self.iterates_loader(loop) or self.fetches_batch(loop):
             return True
+        if self.walks_data(loop) and self.does_step_work(loop.all_calls):
+            return True  # an inference or evaluation loop over samples, files or a batch generator
         # A loop that only *looks* like it counts steps (`while num_iters < n`, `for b in
         # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
         # Not inside a model's own methods: there a counted loop unrolls the computation (an
@@ -585,16 +738,22 @@ class StepModel:
             or self._known_elsewhere("trains", loop.direct_calls)
         )
 
-    def iterated_params(self, function: FunctionInfo) -> tuple[tuple[str, bool], ...]:
+    def iterated_params(self, function: FunctionInfo) -> tuple[tuple[str, bool, bool], ...]:
         """The parameters a step loop of `function` iterates (`def train_one_epoch(model, data_loader):
-        for x, y in data_loader:`), each with whether that loop trains."""
-        found: dict[str, bool] = {}
+        for x, y in data_loader:`), each with whether that loop trains and whether it iterates it again
+        and again (an epoch loop around it, in this function or around the calls of it)."""
+        found: dict[str, tuple[bool, bool]] = {}
+
+        def note(param: str, loop: LoopInfo) -> None:
+            trains, again = found.get(param, (False, False))
+            found[param] = (trains or self.loop_trains(loop), again or self.in_epoch_loop(loop))
+
         for loop in function.loops:
             if not self.is_step_loop(loop):
                 continue
             for expr in drawn_from(loop):
                 if isinstance(expr, cst.Name) and expr.value in function.scope.params and expr.value not in function.scope.assignments:
-                    found[expr.value] = found.get(expr.value, False) or self.loop_trains(loop)
+                    note(expr.value, loop)
         cls = function.class_info
         if function.name == "__init__" and cls is not None:
             # `Solver(celeba_loader, ...)` keeps the loader (`self.celeba_loader = celeba_loader`) for a
@@ -609,28 +768,30 @@ class StepModel:
                 for method, loop in class_step_loops if params else ():
                     if any(self._refers_to(expr, f"self.{attr}", method.scope, loop.scope, 0) for expr in drawn_from(loop)):
                         for param in params:
-                            found[param] = found.get(param, False) or self.loop_trains(loop)
-        return tuple(sorted(found.items()))
+                            note(param, loop)
+        return tuple(sorted((param, trains, again) for param, (trains, again) in found.items()))
 
     def remote_step_loops(self, value: cst.BaseExpression) -> list[tuple[CallSite, bool]]:
         """The calls of this module that hand what `value` evaluates to (a `DataLoader(...)`) to a
         function of another module whose step loop iterates it (DeiT's `train_one_epoch(model, criterion,
         data_loader_train, ...)`), each with whether that loop trains."""
         bound = self.bound_name(value)
-        return self._remote_uses(*bound) if bound is not None else []
+        return [(site, trains) for site, trains, _ in self._remote_uses(*bound)] if bound is not None else []
 
-    def _remote_uses(self, name: str, scope: Scope) -> list[tuple[CallSite, bool]]:
+    def _remote_uses(self, name: str, scope: Scope) -> list[tuple[CallSite, bool, bool]]:
+        """(call site, trains, again) for the calls handing what `name` holds to another module's
+        function whose step loop iterates it (again: that function iterates it once per epoch)."""
         if self.facts is None or not self.facts.iterates:
             return []
-        wanted: dict[str, list[tuple[str, int, bool]]] = {}
-        for target, param, position, trains in self.facts.iterates:
-            wanted.setdefault(target, []).append((param, position, trains))
+        wanted: dict[str, list[tuple[str, int, bool, bool]]] = {}
+        for target, param, position, trains, again in self.facts.iterates:
+            wanted.setdefault(target, []).append((param, position, trains, again))
         found = []
         for site in self.index.calls:
-            for param, position, trains in wanted.get(self.external_target(site) or "", ()):
+            for param, position, trains, again in (w for t in self.external_targets(site) for w in wanted.get(t, ())):
                 argument = argument_at(site.call, param, position)
                 if argument is not None and self.refers_to(argument, name, scope, site.scope):
-                    found.append((site, trains))
+                    found.append((site, trains, again))
         return found
 
     def step_loop_uses(self, name: str, scope: Scope, made_in_loop: bool) -> list[tuple[bool, bool]]:
@@ -643,8 +804,8 @@ class StepModel:
                 continue
             if any(self._refers_to(expr, name, scope, loop.scope, 0) for expr in drawn_from(loop)):
                 uses.append((self.loop_trains(loop), not made_in_loop and self.in_epoch_loop(loop)))
-        for site, trains in self._remote_uses(name, scope):
-            uses.append((trains, not made_in_loop and self._inside_loop(site.frame, frozenset())))
+        for site, trains, again in self._remote_uses(name, scope):
+            uses.append((trains, not made_in_loop and (again or self._inside_loop(site.frame, frozenset()))))
         return uses
 
     def returned_step_uses(self, value: cst.BaseExpression) -> list[tuple[bool, bool]]:
@@ -713,6 +874,34 @@ class StepModel:
                 return any(
                     b.kind == "value" and self.is_loader(b.value, scope, depth + 1) for b in found[0]
                 )
+        return False
+
+    def walks_data(self, loop: LoopInfo) -> bool:
+        """Does the loop draw one item of data per iteration from something other than a DataLoader:
+        a generator function of this module (`for img_batch, mel_batch in datagen(frames, mels)`), a
+        dataset read by index (`for i in range(len(dataset)): data = dataset[i]`), or a list of
+        files (`for filename in filelist`)? With a forward pass in its body, each iteration is an
+        evaluation or inference step."""
+        if not isinstance(loop.node, cst.For):
+            return False
+        walked = indexed_walk(loop)
+        if walked is not None and _DATASET.search(walked) and _indexed_in(loop, walked, loop_target_names(loop.node)):
+            return True
+        for expr in unwrap_iterable(loop.node.iter):
+            if self._made_by_generator(expr, loop.scope):
+                return True
+            name = terminal_name(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+            if name is not None and _FILE_LIST.search(name):
+                return True
+        return False
+
+    def _made_by_generator(self, expr: cst.BaseExpression, scope: Scope) -> bool:
+        if isinstance(expr, cst.Name):
+            found = scope.lookup(expr.value)
+            values = [b.value for b in found[0] if b.kind == "value"] if found else []
+            return bool(values) and all(isinstance(v, cst.Call) and self._made_by_generator(v, scope) for v in values)
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+            return any(f.is_generator for f in self._functions_by_name.get(expr.func.value, ()))
         return False
 
     def counts_steps(self, loop: LoopInfo) -> bool:
@@ -968,6 +1157,13 @@ class StepModel:
 
     def _reason(self, frame: Frame) -> StepReason | None:
         kind = frame.kind
+        if kind is FrameKind.OPTION:
+            # `if warm_start:` on a parameter declared False: per-step only if some caller passes it
+            return self.reason(frame.parent) if frame.parent is not None and self._option_passed(frame) else None
+        if kind is FrameKind.PERIODIC and self._guards_training(frame):
+            # `if T % replay_frequency == 0: agent.learn(mem)`, `if (i + 1) % accumulate == 0:
+            # optimizer.step()`: the guard sets the training step's cadence; its body is the step.
+            return self.reason(frame.parent) if frame.parent is not None else None
         if kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.DEFERRED, FrameKind.CLASS, FrameKind.MODULE):
             return None
         if kind is FrameKind.LOOP and self.is_step_loop(frame.loop):  # type: ignore[arg-type]
@@ -975,6 +1171,46 @@ class StepModel:
         if kind is FrameKind.FUNCTION:
             return self.function_reason(frame.function)  # type: ignore[arg-type]
         return self.reason(frame.parent) if frame.parent is not None else None
+
+    def _guards_training(self, frame: Frame) -> bool:
+        """Is this periodic guard the training step's cadence: its body trains (backward or an
+        optimizer step, here or in a function it calls), and the loop around it trains nowhere else?
+        (`if T % replay_frequency == 0: agent.learn(mem)`.) A loop that trains every iteration keeps
+        its guards periodic: gradient accumulation's `if (i + 1) % k == 0: optimizer.step()`, or an
+        evaluation every N steps through the same step function."""
+        if self._guarded_calls is None:
+            self._guarded_calls = {}
+            for site in self.index.calls:
+                outer = site.frame
+                while outer is not None and outer.kind not in (FrameKind.FUNCTION, FrameKind.LOOP, FrameKind.MODULE):
+                    if outer.kind is FrameKind.PERIODIC:
+                        self._guarded_calls.setdefault(id(outer), []).append(site)
+                    outer = outer.parent
+        loop = frame.innermost_loop()
+        if loop is None or not any(self._trains_at(site) for site in self._guarded_calls.get(id(frame), [])):
+            return False
+        return not any(
+            self._trains_at(site) for site in loop.all_calls if _on_every_iteration(site.frame, loop.frame)
+        )
+
+    def _option_passed(self, frame: Frame) -> bool:
+        """Does any caller of the function pass the option its `if` tests (here, or in another module)?"""
+        name = frame.node.test.value  # type: ignore[attr-defined]
+        function = frame.enclosing_function()
+        if function is None:
+            return True
+        if any(argument_for(function, name, site.call) is not None for site in function.call_sites):
+            return True
+        facts = self.facts
+        return facts is not None and any(
+            qualname == function.qualname and param == name for qualname, param, _ in facts.argument_kinds
+        )
+
+    def _trains_at(self, site: CallSite) -> bool:
+        return (
+            is_training_call(site.call, self.index.imports) or any(self.trains(f) for f in self.resolve(site))
+            or self._known_elsewhere("trains", [site])
+        )
 
     def function_reason(self, function: FunctionInfo) -> StepReason | None:
         key = id(function)
@@ -995,6 +1231,38 @@ class StepModel:
                 answer = StepReason("external", function.node, origin=self._entered[key])
         self._function_reason[key] = answer
         return answer
+
+
+# Names of datasets an evaluation walks by index (`for i in range(len(val_dataset))`), not lists of
+# settings (`for i in range(len(ALL_C))`).
+_DATASET = re.compile(r"(?i)(dataset|data_?set|_set$|samples|(^|_)data$)")
+# Names of lists of files or samples that an inference script walks one by one.
+_FILE_LIST = re.compile(r"(?i)^(file_?list|files|filenames|file_?names|paths|image_?paths|img_?list|image_?list|wav_?list|video_?list|samples)$")
+
+
+def indexed_walk(loop: LoopInfo) -> str | None:
+    """"dataset" for `for i in range(len(dataset))` (also inside `tqdm(...)` / `enumerate(...)`)."""
+    if not isinstance(loop.node, cst.For):
+        return None
+    iterable = loop.node.iter
+    while isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("tqdm", "enumerate") and iterable.args:
+        iterable = iterable.args[0].value
+    if not (isinstance(iterable, cst.Call) and terminal_name(iterable.func) == "range" and len(iterable.args) == 1):
+        return None
+    length = iterable.args[0].value
+    if isinstance(length, cst.Call) and terminal_name(length.func) == "len" and len(length.args) == 1:
+        return dotted_name(length.args[0].value)
+    return None
+
+
+def _indexed_in(loop: LoopInfo, walked: str, targets: set[str]) -> bool:
+    """Does the loop's body read `walked[i]` with its own loop variable `i`?"""
+    for node in iter_subtree(loop.node.body):
+        if isinstance(node, cst.Subscript) and dotted_name(node.value) == walked and len(node.slice) == 1:
+            index = node.slice[0].slice
+            if isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and index.value.value in targets:
+                return True
+    return False
 
 
 def looks_like_class(name: str) -> bool:
@@ -1025,7 +1293,7 @@ def _on_every_iteration(frame: Frame | None, loop_frame: Frame) -> bool:
     """Does code in `frame` run on (most) iterations of the loop whose body is `loop_frame`: not under a
     periodic guard or in a rare branch between the two?"""
     while frame is not None and frame is not loop_frame:
-        if frame.kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.DEFERRED):
+        if frame.kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.DEFERRED, FrameKind.OPTION):
             return False
         frame = frame.parent
     return True

@@ -18,9 +18,9 @@ import re
 import libcst as cst
 
 from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
-from .names import terminal_name
+from .names import dotted_name, terminal_name
 from .patterns import FORWARD_CALLEE, unwrap_iterable
-from .stepmodel import StepModel, argument_for
+from .stepmodel import StepModel, argument_for, indexed_walk
 from .walk import Containment
 
 
@@ -192,6 +192,8 @@ class TensorInference:
         bindings, owner = found
         seen_here = self.bindings_at(expr, bindings)
         bindings = seen_here if seen_here is not None else self._before_reading(self._reaching(bindings), owner)
+        if seen_here is None and scope is owner:
+            bindings = self._not_later(expr, bindings)
         if len(bindings) > 1:
             # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made:
             # a binding is never what its own right-hand side reads.
@@ -215,7 +217,9 @@ class TensorInference:
         finally:
             self._busy.discard(key)
             self._provisional.pop(key, None)
-        if name in owner.params:  # a parameter, possibly also reassigned: `x = x * 2` in forward
+        if name in owner.params and seen_here is None:
+            # a parameter, possibly also reassigned: `x = x * 2` in forward (unless a binding earlier in
+            # the read's own block replaced it: `flow = flow.cpu().numpy()` then `flow[0]`)
             declared = self._declared_not_tensor(name, owner)
             kinds.append(Kind.NOT_TENSOR if declared else self._parameter_kind(name, owner, depth))
         merged = _merge(kinds)
@@ -225,6 +229,7 @@ class TensorInference:
             self._guess_from_names and merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name)
             and not {Kind.NOT_TENSOR, Kind.HOST_TENSOR} & set(kinds)
             and not any(binding.kind == "loop" for binding in bindings)
+            and not (name in owner.params and _literal_default(name, owner))  # `fmax_loss=None`: a setting
         ):
             return Kind.TENSOR
         return merged
@@ -307,13 +312,34 @@ class TensorInference:
         use = self.index.uses.get(id(name))
         if use is None:
             return None
-        order, block = use
+        order, block, _ = use
         earlier = [b for b in bindings if b.order < order and not self._contains.holds(b.value, name)]
         # `loss /= n` updates the value a binding before it made: it does not replace it.
         last = max((b.order for b in earlier if b.block == block and b.kind != "augment"), default=None)
         if last is None:
             return None
         return [b for b in earlier if b.order >= last]
+
+    def _not_later(self, name: cst.Name, bindings: list[Binding]) -> list[Binding]:
+        """A binding later in the function than the read cannot reach it, unless a loop of the function
+        encloses both (its next iteration reads it): in `h = x.nonzero().cpu()` ... `if h.dim() == 0:
+        h = [h.item() + 1]` ... `h = [0] + h`, the `.item()` reads the host tensor only."""
+        use = self.index.uses.get(id(name))
+        if use is None:
+            return bindings
+        order, _, loop = use
+        enclosing = set()
+        while loop is not None:
+            enclosing.add(id(loop))
+            loop = loop.parent_loop
+        kept = []
+        for binding in bindings:
+            around = binding.loop
+            while around is not None and id(around) not in enclosing:
+                around = around.parent_loop
+            if binding.order < order or around is not None:
+                kept.append(binding)
+        return kept or bindings
 
     def reaching_bindings(self, bindings: list[Binding], frame: Frame | None) -> list[Binding]:
         """The bindings of a name that reach an expression in `frame` (see `_reaching`)."""
@@ -370,7 +396,10 @@ class TensorInference:
     def _binding_value_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope
         if binding.kind in ("value", "augment"):
-            return self.kind(value, scope, depth)
+            kind = self.kind(value, scope, depth)
+            if kind is Kind.UNKNOWN and binding.kind == "value" and self._indexed_sample(value, binding.loop):
+                return Kind.HOST_TENSOR  # `data = dataset[i]` in a step loop over `range(len(dataset))`
+            return kind
         if binding.kind == "element":
             if isinstance(value, cst.Call):
                 returned = self.returned_kinds(value, scope, depth)
@@ -398,6 +427,16 @@ class TensorInference:
         if not value.args or _NOT_BATCHES.search(terminal_name(value.args[0].value) or ""):
             return False
         return loop is not None and self.steps.is_step_loop(loop) and self.steps.loop_trains(loop)
+
+    def _indexed_sample(self, value: cst.BaseExpression, loop: LoopInfo | None) -> bool:
+        """`dataset[i]` where the step loop walks `dataset` by index (stepmodel.walks_data): a sample
+        read on the host."""
+        if loop is None or not isinstance(value, cst.Subscript) or not isinstance(loop.node, cst.For):
+            return False
+        if not (self.steps.walks_data(loop) and self.steps.is_step_loop(loop)):
+            return False
+        walked = dotted_name(value.value)
+        return walked is not None and walked == indexed_walk(loop)
 
     def _yields_batches(self, loop: LoopInfo | None) -> bool:
         """A `for` step loop over something that is not a count yields batches, whatever the
@@ -576,6 +615,9 @@ class TensorInference:
     def _function_returns(self, function, depth: int) -> tuple[Kind, ...]:
         if function.is_generator:
             return (Kind.UNKNOWN,)  # a generator returns its iterator
+        returns = function.node.returns
+        if returns is not None and _NON_TENSOR_ANNOTATION.match(self.index.module.code_for_node(returns.annotation)):
+            return (Kind.NOT_TENSOR,)  # `def get_cycles_per_ms() -> float:`
         saved, self._guess_from_names = self._guess_from_names, False
         try:
             return self._returned_by(function, depth)
@@ -647,6 +689,8 @@ class TensorInference:
             return self.kind(first, scope, depth) if first is not None else Kind.UNKNOWN
         if last[:1].isupper() and not last.endswith("Tensor"):
             return Kind.NOT_TENSOR  # constructing an object: SummaryWriter, GradScaler, Linear
+        if qualified.count(".") == 1 and last.endswith("Tensor"):
+            return Kind.HOST_TENSOR  # `torch.FloatTensor(x)`: the legacy constructors build on the host
         if qualified.count(".") == 1 and last in _TORCH_CREATION:
             device = next((a.value for a in call.args if a.keyword and a.keyword.value == "device"), None)
             if device is None or _is_cpu_literal(device):
@@ -685,6 +729,22 @@ class TensorInference:
 
 # Collections a training loop may walk that hold no batches: optimizers, models, parameter groups.
 _NOT_BATCHES = re.compile(r"optim|sched|model|net|param|module|layer|loss|metric|callback|hook|group", re.I)
+
+
+def _literal_default(name: str, scope: Scope) -> bool:
+    """Is parameter `name` of the scope's function given a literal default (`None`, a number, a
+    string)? Such a parameter is a setting, whatever it is called."""
+    function = scope.function
+    if function is None:
+        return False
+    params = function.params
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        if param.name.value == name and param.default is not None:
+            default = param.default
+            return isinstance(default, (cst.Integer, cst.Float, cst.BaseString)) or (
+                isinstance(default, cst.Name) and default.value in ("None", "True", "False")
+            )
+    return False
 
 
 def _is_shape(expr: cst.BaseExpression) -> bool:

@@ -177,7 +177,7 @@ def test_removing_empty_cache_keeps_the_comments_around_it(tmp_path):
             # give memory back
             torch.cuda.empty_cache()
             print("step")
-            if debug:
+            if low_memory:
                 torch.cuda.empty_cache()
     """))
     result = run_cli("scan", "train.py", "--fix", cwd=tmp_path)
@@ -190,7 +190,7 @@ def test_removing_empty_cache_keeps_the_comments_around_it(tmp_path):
             optimizer.step()
             # give memory back
             print("step")
-            if debug:
+            if low_memory:
                 pass
     """)
 

@@ -44,7 +44,7 @@ def test_findings_with_fixes_come_back_equal():
 def test_types_are_kept_where_json_would_blur_them():
     facts = ProjectFacts(
         roots=frozenset({"a", "b"}), argument_values=(("f", "workers", 4), ("f", "pin", True), ("g", "x", None)),
-        iterates=(("t", "loader", -1, False),),
+        iterates=(("t", "loader", -1, False, True),),
     )
     back = round_trip(facts, ProjectFacts)
     assert back == facts

@@ -864,8 +864,13 @@ PROJECTS = {
 @pytest.mark.parametrize("named", [True, False], ids=["files named", "folder walked"])
 @pytest.mark.parametrize("name", sorted(PROJECTS))
 def test_project(tmp_path, name, named):
-    write_project(tmp_path, PROJECTS[name])
-    assert found(scan(tmp_path, named=named)) == expected(tmp_path)
+    assert_marked_findings(tmp_path, PROJECTS[name], named)
+
+
+def assert_marked_findings(root: Path, files: dict[str, str], named: bool) -> None:
+    """The project's scan reports exactly the lines marked `# expect: CODE`."""
+    write_project(root, files)
+    assert found(scan(root, named=named)) == expected(root)
 
 
 def test_a_callee_scanned_alone_keeps_the_single_file_behaviour(tmp_path):

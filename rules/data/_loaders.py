@@ -368,8 +368,15 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
     if not qualified.startswith("torch.") or qualified.startswith("torch.utils."):
         return False
     first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
-    if qualified[6:] in _CONVERSIONS and first is not None and _drawn_from_loader(first, ctx):
-        return False  # `torch.from_numpy(batch["image"])`: the batch itself, converted
+    if (qualified[6:] in _CONVERSIONS or _is_legacy_conversion(qualified, expr)) and first is not None and (
+        _drawn_from_loader(first, ctx) or _step_data(first, ctx)
+    ):
+        # `torch.from_numpy(batch["image"])`, `torch.FloatTensor(np.transpose(img_batch, ...))` of
+        # what the step loop draws, `torch.FloatTensor(self.state[ind])` of a replay buffer's sample:
+        # the step's data, converted
+        return False
+    if qualified.count(".") == 1 and qualified[6:] in _LEGACY_CONSTRUCTORS:
+        return True  # `torch.LongTensor(batch_size, n)`, `torch.IntTensor([length] * b)`: made by the script
     if _is_factory(expr, ctx) or first is None or len(seen) > 3:
         return True
     seen = seen | {id(expr)}
@@ -408,6 +415,53 @@ def _made_by_helper_from_numbers(call: cst.Call, ctx) -> bool:
     return all(not arg.star and ctx.kind(arg.value) is Kind.NOT_TENSOR for arg in call.args)
 
 
+# The legacy typed constructors, which copy data given as their one argument (`torch.FloatTensor(x)`).
+_LEGACY_CONSTRUCTORS = frozenset({
+    "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor", "IntTensor", "ShortTensor", "ByteTensor",
+    "BoolTensor", "Tensor",
+})
+# Calls that draw random indices: an index made by one samples a minibatch (`self.state[ind]`).
+_SAMPLERS = frozenset({"randint", "choice", "sample", "permutation", "randperm", "multinomial"})
+
+
+def _is_legacy_conversion(qualified: str, call: cst.Call) -> bool:
+    positional = [arg for arg in call.args if arg.keyword is None]
+    return (
+        qualified.count(".") == 1 and qualified[6:] in _LEGACY_CONSTRUCTORS and len(positional) == 1
+        and not positional[0].star and not isinstance(positional[0].value, (cst.Integer, cst.List, cst.Tuple))
+    )
+
+
+def _step_data(expr: cst.BaseExpression, ctx) -> bool:
+    """Is `expr` computed from the data a step draws: an item of the step loop over a generator, a
+    file list or a dataset read by index (stepmodel.walks_data), or rows of a buffer picked by a
+    random index (a replay buffer's `self.state[ind]`, `ind = np.random.randint(0, size, n)`)?"""
+    for node in iter_subtree(expr):
+        if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            index = node.slice[0].slice.value
+            if isinstance(index, cst.Name) and _sampled_index(index, ctx):
+                return True
+        if not isinstance(node, cst.Name):
+            continue
+        found = ctx.scope.lookup(node.value)
+        for binding in found[0] if found else ():
+            if binding.kind == "loop" and binding.loop is not None and ctx.steps.is_step_loop(binding.loop) and (
+                ctx.steps.walks_data(binding.loop) or ctx.steps.is_loader(binding.value, ctx.scope)
+            ):
+                return True
+    return False
+
+
+def _sampled_index(name: cst.Name, ctx) -> bool:
+    found = ctx.scope.lookup(name.value)
+    values = [b.value for b in found[0] if b.kind == "value"] if found else []
+    return bool(values) and all(
+        isinstance(v, cst.Call) and terminal_name(v.func) in _SAMPLERS
+        and (ctx.qualified_name(v.func) or "").startswith(("numpy.random", "random.", "torch."))
+        for v in values
+    )
+
+
 def _drawn_from_loader(expr: cst.BaseExpression, ctx) -> bool:
     """Does `expr` come from a loader: an item of a loop over one, or `next(train_iter)`?"""
     for origin in _origins(expr, ctx):
@@ -419,7 +473,15 @@ def _drawn_from_loader(expr: cst.BaseExpression, ctx) -> bool:
 
 
 def _is_constant_data(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.List, cst.Tuple, cst.ListComp))
+    """Data written in the script: a literal, a list or tuple of such, a comprehension (of numbers);
+    not `[batch_y[:, :n], dec_inp]`, a list of the batch's own tensors."""
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        # (an element that is a plain name is a value the script holds: `[x0, y0]`)
+        return all(
+            isinstance(element.value, (cst.Name, cst.UnaryOperation, cst.BinaryOperation)) or _is_constant_data(element.value)
+            for element in expr.elements
+        )
+    return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.ListComp))
 
 
 def _is_factory(expr: cst.BaseExpression, ctx) -> bool:

@@ -45,7 +45,17 @@ def _legacy_host_creation(call: cst.Call) -> bool:
         # `torch.LongTensor(n)` is a size, `torch.LongTensor(tokens)` data the script computed: only a
         # number written out, or a `range(...)` (an arange), can be told apart.
         return isinstance(positional[0], cst.Integer) or _is_range(positional[0])
-    return all(isinstance(arg, (cst.Integer, cst.Name, cst.Attribute, cst.BinaryOperation)) for arg in positional)
+    return all(isinstance(arg, (cst.Integer, cst.Name, cst.Attribute, cst.BinaryOperation)) or _is_size(arg) for arg in positional)
+
+
+def _is_size(expr: cst.BaseExpression) -> bool:
+    """`x.size(0)`, `len(labels)`, `x.shape[0]`: a size read from something else."""
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        return (isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel", "dim")) or (
+            isinstance(func, cst.Name) and func.value == "len"
+        )
+    return isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
 
 
 def _is_range(expr: cst.BaseExpression) -> bool:
@@ -251,8 +261,11 @@ def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
 
 def _written_in_place(body: cst.CSTNode, name: str, ctx) -> bool:
     for node in iter_subtree(body):
-        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value == name:
-            if id(node) in ctx.index.stored_subscripts:
+        if isinstance(node, cst.Subscript) and id(node) in ctx.index.stored_subscripts:
+            base = node.value
+            while isinstance(base, cst.Subscript):
+                base = base.value  # `batch_text[i][:n] = ...` writes into batch_text too
+            if isinstance(base, cst.Name) and base.value == name:
                 return True
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value.endswith("_"):
             if isinstance(node.func.value, cst.Name) and node.func.value.value == name:

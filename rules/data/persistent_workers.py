@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from loopaudit.constants import counts_cpus
 from loopaudit.module_index import FrameKind
 from loopaudit.names import terminal_name
 from loopaudit.rule import Report, Rule
@@ -302,7 +303,8 @@ class WorkersRespawnedEachEpoch(Rule):
         from_command_line = count is UNKNOWN
         if from_command_line:
             count = command_line_default(workers, ctx)  # `num_workers=args.workers`, default 4
-        if type(count) is not int or count <= 0:
+        per_cpu = type(count) is not int and counts_cpus(workers, ctx)  # `num_workers=cpu_count()`
+        if not per_cpu and (type(count) is not int or count <= 0):
             return
         persistent = loader_argument(node, "persistent_workers", ctx)
         if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
@@ -316,13 +318,14 @@ class WorkersRespawnedEachEpoch(Rule):
             and not any(again for _, again in returned_step_uses(node, ctx))
         ):
             return
-        if from_command_line:
+        if per_cpu or from_command_line:
             workers_text = ctx.source(workers)
+            how_many = "one per CPU" if per_cpu else f"{count} by default"
             yield Report(
                 node,
                 f"`{ctx.source(node.func)}(..., num_workers={workers_text})` is iterated every epoch without "
-                f"`persistent_workers=True`: its worker processes ({count} by default) are started again at "
-                f"each epoch; pass `persistent_workers={workers_text} > 0`",
+                f"`persistent_workers=True`: its worker processes ({how_many}) are started again at "
+                f"each epoch; pass `persistent_workers={'True' if per_cpu else workers_text + ' > 0'}`",
             )
             return
         yield Report(

@@ -1,0 +1,446 @@
+"""Per-step reach across a project's modules, for the code shapes of projects labelled by others
+(issue 23): receivers of unknown type, overridden methods, registries, settings and devices declared
+in another module, training under a cadence guard, inference loops over data that is no DataLoader.
+
+Each case is a small project; lines marked `# expect: CODE` must be reported, and nothing else may be
+(the helpers are test_project.py's).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .test_project import assert_marked_findings, scan, write_project
+
+CASES = {
+    "a method called on an object a config builds: every project method of that name the call fits": {
+        "train.py": """
+            import torch
+            import hydra
+            from logger import Meter
+
+            agent = hydra.utils.instantiate(cfg.agent)
+            meter = Meter()
+            metrics = {}
+            for step in range(1000):
+                batch = next(replay_iter)
+                out = agent.update(batch, step)
+                metrics.update(out)
+                meter.update(out["loss"], 1)
+        """,
+        "agents.py": """
+            import torch
+
+            class DrQAgent:
+                def __init__(self):
+                    self.critic = torch.nn.Linear(4, 1).cuda()
+                    self.opt = torch.optim.Adam(self.critic.parameters())
+
+                def update(self, replay_iter, step):
+                    loss = self.critic(torch.randn(4, device="cuda")).sum()
+                    loss.backward()
+                    self.opt.step()
+                    return {"loss": loss.item()}  # expect: LA101
+
+                def act(self, obs):
+                    return self.critic(obs).argmax().item()
+        """,
+        "logger.py": """
+            class Meter:
+                def update(self, value, n=1):
+                    self.total = value * n
+
+            class Table:
+                def update(self):
+                    print("refreshed")
+        """,
+    },
+    "a method a base class calls on self runs a subclass's override (mdistiller's trainers)": {
+        "trainer.py": """
+            import torch
+
+            class BaseTrainer:
+                def __init__(self, model, loader):
+                    self.model = model.cuda()
+                    self.loader = loader
+                    self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def train(self):
+                    for epoch in range(10):
+                        for data in self.loader:
+                            self.train_iter(data)
+
+                def train_iter(self, data):
+                    loss = self.model(data.cuda(non_blocking=True)).sum()
+                    loss.backward()
+                    self.opt.step()
+        """,
+        "crd.py": """
+            from trainer import BaseTrainer
+
+            class CRDTrainer(BaseTrainer):
+                def train_iter(self, data):
+                    loss = self.model(data.cuda(non_blocking=True)).sum()
+                    loss.backward()
+                    print(loss.cpu().numpy())  # expect: LA102
+        """,
+    },
+    "loaders returned through a dataset factory, handed to a trainer picked from a registry (mdistiller)": {
+        "lib/data/cifar.py": """
+            from torch.utils.data import DataLoader
+
+            def get_loaders(batch_size, num_workers):
+                train = DataLoader(range(10), batch_size=batch_size, num_workers=num_workers)  # expect: LA201, LA204
+                return train, 10
+        """,
+        "lib/data/__init__.py": """
+            from .cifar import get_loaders
+
+            def get_dataset(cfg):
+                train_loader, n = get_loaders(cfg.BATCH, 8)
+                return train_loader, n
+        """,
+        "lib/engine/trainer.py": """
+            import torch
+
+            class Trainer:
+                def __init__(self, model, train_loader):
+                    self.model = model
+                    self.train_loader = train_loader
+                    self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def train(self):
+                    for epoch in range(10):
+                        self.train_epoch()
+
+                def train_epoch(self):
+                    for data in self.train_loader:
+                        loss = self.model(data.cuda(non_blocking=True)).sum()
+                        loss.backward()
+                        self.opt.step()
+        """,
+        "lib/engine/__init__.py": """
+            from .trainer import Trainer
+            trainer_dict = {"base": Trainer}
+        """,
+        "tools/train.py": """
+            import torch
+            from lib.data import get_dataset
+            from lib.engine import trainer_dict
+
+            def main(cfg):
+                train_loader, n = get_dataset(cfg)
+                model = torch.nn.Linear(3, 3).cuda()
+                trainer = trainer_dict[cfg.TRAINER](model, train_loader)
+                trainer.train()
+        """,
+    },
+    "worker counts declared in another module: an argparse default, a config object's key": {
+        "run.py": """
+            import argparse
+            import torch
+            from exp import Exp
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--num_workers", type=int, default=10)
+            args = parser.parse_args()
+            Exp(args).train()
+        """,
+        "exp.py": """
+            import torch
+            from data_factory import data_provider
+
+            class Exp:
+                def __init__(self, args):
+                    self.args = args
+                    self.model = torch.nn.Linear(3, 3).cuda()
+                    self.opt = torch.optim.Adam(self.model.parameters())
+
+                def train(self):
+                    loader = data_provider(self.args)
+                    for epoch in range(10):
+                        for x in loader:
+                            loss = self.model(x.cuda(non_blocking=True)).sum()
+                            loss.backward()
+                            self.opt.step()
+        """,
+        "data_factory.py": """
+            from torch.utils.data import DataLoader
+            from hparams import hparams
+
+            def data_provider(args):
+                return DataLoader(range(10), num_workers=args.num_workers, pin_memory=True)  # expect: LA204
+
+            def other_provider():
+                return DataLoader(range(10), num_workers=hparams.workers, pin_memory=True)
+        """,
+        "hparams.py": """
+            class HParams:
+                def __init__(self, **kwargs):
+                    self.__dict__.update(kwargs)
+
+            hparams = HParams(workers=16, batch_size=8)
+        """,
+    },
+    "CUDA named in one module and used in another, training under a cadence guard (Rainbow)": {
+        "main.py": """
+            import torch
+            from agent import Agent
+
+            args.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+            dqn = Agent(args)
+            for T in range(1, args.T_max + 1):
+                action = dqn.act(state)
+                state = env.step(action)
+                if T % args.replay_frequency == 0:
+                    dqn.learn(mem)
+                if T % args.evaluation_interval == 0:
+                    dqn.evaluate(state)
+        """,
+        "agent.py": """
+            import torch
+
+            class Agent:
+                def __init__(self, args):
+                    self.net = torch.nn.Linear(4, 2).to(device=args.device)
+                    self.opt = torch.optim.Adam(self.net.parameters())
+
+                def act(self, state):
+                    return self.net(state).argmax(1).item()  # expect: LA101
+
+                def learn(self, mem):
+                    loss = self.net(mem.sample()).sum()
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+                    mem.update_priorities(loss.detach().cpu().numpy())  # expect: LA102
+
+                def evaluate(self, state):
+                    return self.net(state).max(1)[0].item()
+        """,
+    },
+    "inference loops over a batch generator, a file list and a dataset by index; data converted then moved": {
+        "inference.py": """
+            import numpy as np
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+
+            def datagen(frames, mels):
+                batch = []
+                for frame in frames:
+                    batch.append(frame)
+                    if len(batch) == 8:
+                        yield np.asarray(batch)
+                        batch = []
+
+            def main(frames, mels, filelist, dataset):
+                model = torch.nn.Linear(3, 3).to(device)
+                for i, img_batch in enumerate(datagen(frames, mels)):
+                    img = torch.FloatTensor(np.transpose(img_batch, (0, 2, 1))).to(device)  # expect: LA202
+                    pred = model(img)
+                    pred = pred.cpu().numpy()  # expect: LA102
+                for filename in filelist:
+                    wav = torch.FloatTensor(np.load(filename)).to(device)  # expect: LA202
+                    out = model(wav)
+                for i in range(len(dataset)):
+                    data = dataset[i]
+                    out = model(data["img"].cuda())  # expect: LA202
+                for chunk in [frames[:8], frames[8:]]:
+                    print(len(chunk))
+        """,
+    },
+    "a replay buffer's sampled rows, converted and moved in the step (TD3)": {
+        "main.py": """
+            import torch
+            import utils
+            import TD3
+
+            buffer = utils.ReplayBuffer(3, 1)
+            policy = TD3.TD3(3, 1)
+            for t in range(int(1e6)):
+                buffer.add(t)
+                policy.train(buffer, 256)
+        """,
+        "TD3.py": """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class TD3:
+                def __init__(self, state_dim, action_dim):
+                    self.actor = torch.nn.Linear(state_dim, action_dim).to(device)
+                    self.opt = torch.optim.Adam(self.actor.parameters())
+
+                def train(self, replay_buffer, batch_size=256):
+                    state, action = replay_buffer.sample(batch_size)
+                    loss = self.actor(state).sum()
+                    loss.backward()
+                    self.opt.step()
+        """,
+        "utils.py": """
+            import numpy as np
+            import torch
+
+            class ReplayBuffer:
+                def __init__(self, state_dim, action_dim):
+                    self.state = np.zeros((1000, state_dim))
+                    self.action = np.zeros((1000, action_dim))
+                    self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+                def add(self, t):
+                    self.size = t
+
+                def sample(self, batch_size):
+                    ind = np.random.randint(0, self.size, size=batch_size)
+                    return (
+                        torch.FloatTensor(self.state[ind]).to(self.device),  # expect: LA202
+                        torch.FloatTensor(self.action[ind]).to(self.device),  # expect: LA202
+                    )
+        """,
+    },
+    "an attribute bound to a library module or a project class by configuration: the project's forward runs": {
+        "model.py": """
+            import torch
+            import torch.nn as nn
+            from prediction import Attention
+
+            class Model(nn.Module):
+                def __init__(self, opt):
+                    super().__init__()
+                    if opt.Prediction == "CTC":
+                        self.Prediction = nn.Linear(8, 4)
+                    else:
+                        self.Prediction = Attention(8, 4)
+
+                def forward(self, x):
+                    return self.Prediction(x)
+        """,
+        "prediction.py": """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Attention(nn.Module):
+                def __init__(self, i, o):
+                    super().__init__()
+                    self.cell = nn.Linear(i, o)
+
+                def forward(self, x):
+                    hidden = torch.FloatTensor(x.size(0), 4).fill_(0).to(device)  # expect: LA205
+                    return self.cell(x) + hidden
+        """,
+        "train.py": """
+            import torch
+            from model import Model
+            model = Model(opt).cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+        """,
+    },
+    "a name rebound after the read does not decide what the read sees; a setting named like a loss": {
+        "model.py": """
+            import torch
+
+            def forward_gru(x, masks, fmax_loss=None):
+                has_zeros = (masks[1:] == 0.0).any(dim=-1).nonzero().squeeze().cpu()  # expect: LA102, LA105
+                if has_zeros.dim() == 0:
+                    has_zeros = [has_zeros.item() + 1]
+                else:
+                    has_zeros = (has_zeros + 1).numpy().tolist()
+                has_zeros = [0] + has_zeros
+                key = str(fmax_loss)
+                return x
+        """,
+        "train.py": """
+            import torch
+            from model import forward_gru
+            net = torch.nn.Linear(3, 3).cuda()
+            optimizer = torch.optim.Adam(net.parameters())
+            for x, m in loader:
+                out = forward_gru(net(x.cuda(non_blocking=True)), net(m.cuda(non_blocking=True)), 8000)
+                out.sum().backward()
+                optimizer.step()
+        """,
+    },
+    "a loader with one worker per CPU, cycled forever by the trainer (denoising-diffusion-pytorch)": {
+        "trainer.py": """
+            from multiprocessing import cpu_count
+            import torch
+            from torch.utils.data import DataLoader
+
+            def cycle(dl):
+                while True:
+                    for data in dl:
+                        yield data
+
+            class Trainer:
+                def __init__(self, model, dataset):
+                    self.model = model.cuda()
+                    dl = DataLoader(dataset, batch_size=32, shuffle=True, pin_memory=True, num_workers=cpu_count())  # expect: LA204
+                    self.dl = cycle(dl)
+                    self.opt = torch.optim.Adam(model.parameters())
+
+                def train(self):
+                    for step in range(100000):
+                        data = next(self.dl).cuda(non_blocking=True)
+                        loss = self.model(data).sum()
+                        loss.backward()
+                        self.opt.step()
+        """,
+    },
+    "a rule that holds everywhere sees a model file with no step code (deprecated torch.cuda.amp)": {
+        "train.py": """
+            import torch
+            from blocks import helper
+            model = torch.nn.Linear(3, 3).cuda()
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+        """,
+        "blocks.py": """
+            import torch
+
+            def helper(x):
+                with torch.cuda.amp.autocast(enabled=False):  # expect: LA502
+                    return x.float()
+        """,
+    },
+    "debugging branches and options no caller turns on are not per-step": {
+        "evaluate.py": """
+            import torch
+
+            def validate(model, dataset, warm_start=False, flip=False):
+                for i in range(len(dataset)):  # expect: LA501
+                    image = dataset[i].cuda(non_blocking=True)
+                    flow = model(image)
+                    if warm_start:
+                        prev = flow.cpu().numpy()
+                    if flip:
+                        mirrored = flow.flip(0).cpu()  # expect: LA102
+                    if args.debug:
+                        print(flow.sum().item())
+                    if opt.debug > 0:
+                        show(flow.cpu())
+        """,
+        "main.py": """
+            import torch
+            from evaluate import validate
+            model = torch.nn.Linear(3, 3).cuda()
+            validate(model, val_dataset, flip=True)
+        """,
+    },
+}
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["files named", "folder walked"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reach(tmp_path, name, named):
+    assert_marked_findings(tmp_path, CASES[name], named)
+
+
+def test_a_call_resolved_by_method_name_says_so(tmp_path):
+    write_project(tmp_path, CASES["a method called on an object a config builds: every project method of that name the call fits"])
+    (finding,) = scan(tmp_path)
+    assert finding.context.endswith("resolved by name to `DrQAgent.update`")
