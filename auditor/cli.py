@@ -31,7 +31,8 @@ from .fixing import applicable, fix_file
 from .progress import ScanProgress
 from .since import SinceError, changed_lines, on_changed_lines
 from .collector import own_collector
-from .engine import analyze_many, analyze_stdin
+from .engine import ScanResult, analyze_many, analyze_stdin
+from .project_context import context_files
 from .reporting.safe_text import EncodableStream, terminal_ready
 from .cli_support import (
     EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, PlainHelpCommand, build_settings, usage_error,
@@ -87,6 +88,7 @@ def scan(
     unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix or --diff: also apply fixes that change behaviour (each rule's docs say which).")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Print the fixes as a unified diff and write nothing (exit 1 when there is one).")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache of earlier results.")] = False,
+    no_project: Annotated[bool, typer.Option("--no-project", help="Analyse files named on the command line on their own, not inside the project they lie in.")] = False,
     cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help=f"Keep the cache here (default: ${ENVIRONMENT_VARIABLE}, else {FOLDER_NAME} at the project root).", show_default=False)] = None,
 ) -> None:
     """Scan training scripts for what keeps the GPU idle once per step.
@@ -115,7 +117,7 @@ def scan(
         )
         with ScanProgress("scanning", show_progress) as progress:
             cache = None if no_cache or paths == ["-"] else _open_cache(cache_dir, settings)
-            results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude, progress, cache)
+            results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude, progress, cache, no_project)
         fixes = []
         if fix or diff:
             results.findings, fixes = _fix_files(results, files, settings, unsafe_fixes, write=not diff)
@@ -161,7 +163,10 @@ def _open_cache(cache_dir: str | None, settings) -> ResultCache | None:
     return cache
 
 
-def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool, progress=None, cache=None):
+def _scan(
+    paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool, progress=None, cache=None,
+    alone: bool = False,
+):
     """The scan's results and the files it read (one pseudo-file for stdin)."""
     if paths == ["-"]:
         name = stdin_filename or "<stdin>"
@@ -175,9 +180,24 @@ def _scan(paths: list[str], stdin_filename: str | None, settings, jobs: int, for
     files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
     _say_skipped([(path, why) for path, why in skipped if not settings.excluded(Path(path))])
     workers = jobs or os.cpu_count() or 1
-    items = [(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files]
+    # Files named on their own are analysed inside their project, which is not reported on.
+    context = [] if alone else context_files(paths, files, lambda path: settings.excluded(path))
+    items = [(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files + context]
     # Isolated: a file that crashes the parser or runs for minutes costs that file alone (workers.py).
-    return analyze_many(items, workers, progress, cache, isolated=True), files
+    results = analyze_many(items, workers, progress, cache, isolated=True)
+    if context:
+        results = only_named(results, files)
+    return results, files
+
+
+def only_named(results: ScanResult, files: list[SourceFile]) -> ScanResult:
+    """The results for the named files alone: the project around them was context."""
+    named = {f.display for f in files}
+    return ScanResult(
+        [f for f in results.findings if f.filename in named],
+        [p for p in results.problems if any(p.startswith(name + ":") for name in named)],
+        {name: facts for name, facts in results.facts.items() if name in named},
+    )
 
 
 def _say_skipped(skipped: list[tuple[str, str]], shown: int = 3) -> None:
