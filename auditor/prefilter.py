@@ -28,14 +28,20 @@ _STEP_LOOP = re.compile(
     r"\b(?:train|val|valid|validation|test|eval|dev)_?iter(?:ator)?\b)|"
     r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\([^\n]*)?t?range\([^\n]*(?:steps?\b|iters?\b|iterations\b|batches\b|iter_num)|"
     r"^[ \t]*for[ \t]+(?:step|it|iter|iteration|global_step|batch_?idx|\w+_step)[ \t]+in[ \t]+(?:range|trange)\(|"
-    r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)|"
-    # a walk over data that is no DataLoader: a dataset by index, a list of files (stepmodel.walks_data)
-    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*range\(len\(|"
+    r"^[ \t]*while\b[^\n]*(?:steps\b|iters\b|max_iter|iterations\b|iter_?num|global_step|batches\b|updates\b)",
+    re.M,
+)
+# A walk over data that is no DataLoader (stepmodel.walks_data): a dataset by index, a list of files,
+# or a generator function of the file (`_walks_own_generator`); only with a sign of inference in the
+# file (`torch.no_grad()`, `model.eval()`): libraries walk paths and generators for other reasons.
+_DATA_WALK = re.compile(
+    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*range\(len\((?:self\.)?\w*(?:dataset|data_set|_set|samples|data)\)|"
     r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*(?:file_?list|files|filenames|file_?names|paths|image_?paths|img_?list|image_?list|wav_?list|video_?list|samples)\b",
     re.M,
 )
-# A generator function (`def datagen(...): ... yield batch`) that a loop of the same file may walk.
+# A generator function (`def datagen(...): ... yield batch`) that a loop of the same file walks.
 _YIELD = re.compile(r"^[ \t]+yield\b", re.M)
+_DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", re.M)
 
 
 def _trains(text: str) -> bool:
@@ -75,7 +81,21 @@ def _has_step_hint(text: str) -> bool:
         return True
     if _STEP_LOOP.search(text) is not None:
         return True
-    return "yield" in text and _YIELD.search(text) is not None and re.search(r"^[ \t]*for\b", text, re.M) is not None
+    if not ("no_grad" in text or "inference_mode" in text or ".eval()" in text):
+        return False
+    if _DATA_WALK.search(text) is not None:
+        return True
+    return "yield" in text and _YIELD.search(text) is not None and _walks_own_generator(text)
+
+
+def _walks_own_generator(text: str) -> bool:
+    """A `for` over a call of a function the file defines (with a `yield` somewhere in the file):
+    `for img_batch, mel_batch in datagen(frames, mels)`."""
+    names = set(_DEF.findall(text))
+    if not names:
+        return False
+    called = re.compile(r"^[ \t]*for\b[^\n]*\bin\b[^\n]*\b(?:" + "|".join(sorted(names)) + r")\(", re.M)
+    return called.search(text) is not None
 
 
 _WHILE_TRUE = re.compile(r"^[ \t]*while[ \t]+True\b", re.M)

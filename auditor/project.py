@@ -154,6 +154,9 @@ class CallEdge:
     # keywords: which methods of that name it could call, when the receiver's class is unknown.
     positional: int = -1
     keywords: tuple[str, ...] = ()
+    # Resolved by the method's name alone (derive_facts sets it on the edges it fans out): a guess good
+    # enough to follow the step, not to carry CUDA from one module to another.
+    by_name: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,8 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             and id(site.call) not in index.bound_names
         ):
             continue  # an untyped method call matters where it may train or run per step, or makes a value
+        if target.startswith("^") and reason is None:
+            continue  # the overrides of a method called on self matter only where the call runs per step
         per_step = describe(reason, site.call) if reason is not None else None
         arguments, classes, values = [], [], []
         at = At(site.scope, index, steps)
@@ -263,7 +268,7 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
     step_loops = [loop for loop in index.loops if steps.is_step_loop(loop)]
     has_hook = any(steps.hook_name(function) is not None for function in index.functions)
     feeds_models = has_hook or any(
-        steps.loop_trains(loop) or steps.fetches_batch(loop) or steps.walks_data(loop)
+        steps.loop_trains(loop) or steps.fetches_batch(loop)
         or (steps.iterates_loader(loop) and steps.does_step_work(loop.all_calls))
         for loop in step_loops
     )
@@ -770,7 +775,7 @@ def derive_facts(
             fields.setdefault(name, set()).add(_absolute_class(layout, path, cls) or cls)
     layout.fields = {name: cls for name, (cls, *more) in fields.items() if not more and cls.startswith("@")}
     resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
-    split = _split_cuda_evidence(resolved, summaries)
+    split = _split_cuda_evidence(layout, resolved, summaries)
     cuda = _cuda_closure(resolved, summaries, split)
 
     # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
@@ -1058,10 +1063,10 @@ def _by_method_name(layout: ProjectLayout, path: str, edge: CallEdge, summaries:
         if facts is None:
             if len(owners) == 1:
                 fitting.append((file, qualname))
-            else:
+            elif edge.per_step is not None:
                 # Known from its text only: not entered yet, but reached, so that it is analysed and
-                # the next round can tell whether the call fits it.
-                yield replace(edge, per_step=None, result_uses=()), file, qualname
+                # the next round can tell whether the per-step call fits it.
+                yield replace(edge, per_step=None, result_uses=(), by_name=True), file, qualname
         elif not facts.abstract and facts.signature.accepts(edge.positional, edge.keywords):
             fitting.append((file, qualname))
     if not fitting and not owners and method in layout.fields:
@@ -1072,8 +1077,10 @@ def _by_method_name(layout: ProjectLayout, path: str, edge: CallEdge, summaries:
         return
     for file, qualname in fitting:
         named = edge
-        if edge.per_step is not None and owners:
-            named = replace(edge, per_step=f"{edge.per_step}, resolved by name to `{qualname}`")
+        if len(fitting) > 1:  # (one method of that name in the whole project is as good as typed)
+            named = replace(edge, by_name=True)
+            if edge.per_step is not None:
+                named = replace(named, per_step=f"{edge.per_step}, resolved by name to `{qualname}`")
         yield named, file, qualname
 
 
@@ -1093,19 +1100,21 @@ def _text_methods(text: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _split_cuda_evidence(resolved, summaries: dict[str, ModuleSummary]) -> set[str]:
+def _split_cuda_evidence(layout: ProjectLayout, resolved, summaries: dict[str, ModuleSummary]) -> set[str]:
     """Modules whose CUDA evidence is split between them: one module names CUDA (Rainbow's main.py
     sets `args.device = torch.device("cuda")`) and calls into modules that move things to a device
     (agent.py's `.to(device=args.device)`), directly or through other modules. The namer and the
-    movers it reaches count as targeting CUDA; unrelated scripts beside them do not."""
+    movers it reaches count as targeting CUDA; unrelated scripts beside them do not, nor do other
+    repositories of the scan, nor methods reached by their name alone."""
     found = set()
     for path, summary in summaries.items():
         if not summary.names_cuda or summary.moves_to_device:
             continue  # (a module with both halves decided for itself)
+        repository = layout.repository_of(path)
         seen, todo = {path}, [path]
         while todo:
-            for _, file, _ in resolved.get(todo.pop(), ()):
-                if file not in seen:
+            for edge, file, _ in resolved.get(todo.pop(), ()):
+                if file not in seen and not edge.by_name and layout.repository_of(file) == repository:
                     seen.add(file)
                     todo.append(file)
         movers = {file for file in seen if file in summaries and summaries[file].moves_to_device}
@@ -1126,6 +1135,8 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[st
 
     def drives(edge, file, qualname) -> bool:
         # a per-step call, or a call handing over what the callee's step loop iterates (a loader)
+        if edge.by_name:
+            return False
         target = summaries[file].functions.get(qualname) if file in summaries else None
         return edge.per_step is not None or (target is not None and bool(target.iterates))
 
@@ -1143,7 +1154,7 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[st
             if not cuda.get(path):
                 continue
             for edge, file, _ in edges:
-                if (edge.per_step or edge.passes_device or edge.result_uses) and not cuda.get(file):
+                if not edge.by_name and (edge.per_step or edge.passes_device or edge.result_uses) and not cuda.get(file):
                     cuda[file] = True
                     changed = True
     return cuda

@@ -161,6 +161,7 @@ class StepModel:
         self._nested: dict[int, list[FunctionInfo]] | None = None  # id(function) -> functions defined in it
         self._step_work: dict[int, bool] = {}
         self._guarded_calls: dict[int, list[CallSite]] | None = None  # id(periodic frame) -> the calls in its body
+        self._by_name: dict[int, bool] = {}  # id(call) -> whether it resolves by the method's name
         self._entered: dict[int, str] = self._entered_from_elsewhere()
         self._engine_hooks: dict[int, str] = self._find_engine_hooks()
         for site in index.calls:
@@ -222,8 +223,12 @@ class StepModel:
                     return self._methods(cls, (method,))
             # `self.agent.play_step(...)`, `callback.on_train_batch_end(...)`: an object we cannot
             # type: the methods of this module's classes with that name that the call fits.
+            # Within the module, only a method that one class alone defines: following every namesake
+            # here would make their calls into other modules per-step edges, which carry CUDA (the
+            # project's by-name edges do not: project.py).
             if self.by_name(site):
-                return [f for f in self._methods_named.get(method, []) if _fits(f, site.call)]
+                owners = [f for f in self._methods_named.get(method, []) if _fits(f, site.call)]
+                return owners if len(owners) == 1 else []
         return []
 
     def by_name(self, site: CallSite) -> bool:
@@ -238,7 +243,10 @@ class StepModel:
         method = func.attr.value
         if method in _COMMON_METHODS and not (method in _NAMESAKE_METHODS and _fits_no_builtin(method, site.call)):
             return False
-        return not self._foreign(func.value, site.scope)
+        key = id(site.call)
+        if key not in self._by_name:
+            self._by_name[key] = not self._foreign(func.value, site.scope)
+        return self._by_name[key]
 
     def _foreign(self, receiver: cst.BaseExpression, scope: Scope) -> bool:
         """Is the receiver evidently not an instance of a project class?"""

@@ -50,7 +50,7 @@ _TORCH_NON_TENSOR_PREFIXES = (
     "torch.fx.",
 )
 _TORCH_NON_TENSOR_FUNCTIONS = re.compile(
-    r"^torch\.(is_\w+|get_\w+|set_\w+|use_\w+|device|dtype|Size|Generator|no_grad|enable_grad|"
+    r"^torch\.(is_\w+|are_\w+|get_\w+|set_\w+|use_\w+|device|dtype|Size|Generator|no_grad|enable_grad|"
     r"inference_mode|autocast|compile|load|save|manual_seed|seed|initial_seed|numel|typename|"
     r"cuda|nn\.(?!functional|utils\.clip_grad_norm_)\w.*)$"
 )

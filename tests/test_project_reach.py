@@ -234,6 +234,7 @@ CASES = {
                         yield np.asarray(batch)
                         batch = []
 
+            @torch.no_grad()
             def main(frames, mels, filelist, dataset):
                 model = torch.nn.Linear(3, 3).to(device)
                 for i, img_batch in enumerate(datagen(frames, mels)):
@@ -428,7 +429,12 @@ CASES = {
             import torch
             from evaluate import validate
             model = torch.nn.Linear(3, 3).cuda()
-            validate(model, val_dataset, flip=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x in train_loader:
+                    model(x.cuda(non_blocking=True)).sum().backward()
+                    optimizer.step()
+                validate(model, val_dataset, flip=True)
         """,
     },
 }
