@@ -89,12 +89,12 @@ def _has_step_hint(text: str) -> bool:
 
 
 def _walks_own_generator(text: str) -> bool:
-    """A `for` over a call of a function the file defines (with a `yield` somewhere in the file):
-    `for img_batch, mel_batch in datagen(frames, mels)`."""
+    """A call of a function the file defines (with a `yield` somewhere in the file), in a `for` or bound
+    to a name a loop walks: `for x in datagen(frames, mels)`, `gen = datagen(...)`."""
     names = set(_DEF.findall(text))
     if not names:
         return False
-    called = re.compile(r"^[ \t]*for\b[^\n]*\bin\b[^\n]*\b(?:" + "|".join(sorted(names)) + r")\(", re.M)
+    called = re.compile(r"^[ \t]*(?:for\b[^\n]*\bin\b|\w+[ \t]*=)[^\n]*\b(?:" + "|".join(sorted(names)) + r")\(", re.M)
     return called.search(text) is not None
 
 

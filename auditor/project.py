@@ -345,23 +345,10 @@ def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
 def _returned_on(steps: StepModel, scope, name: str) -> list[tuple[bool, bool]]:
     """(trains, again) of the step loops elsewhere that iterate what the function of `scope` returns,
     where it returns `name` (whole, or as an element of a returned tuple)."""
-    facts = steps.facts
     function = steps.function_info(scope.function) if scope.function is not None else None
-    if facts is None or function is None or not facts.returned_uses:
+    if function is None:
         return []
-    elements = set()
-    for returned in function.returns:
-        if isinstance(returned, cst.Name) and returned.value == name:
-            elements.add(-1)
-        elif isinstance(returned, cst.Tuple):
-            elements.update(
-                i for i, element in enumerate(returned.elements)
-                if isinstance(element.value, cst.Name) and element.value.value == name
-            )
-    return [
-        (trains, again) for qualname, element, trains, again in facts.returned_uses
-        if qualname == function.qualname and element in elements
-    ]
+    return steps.returned_uses_of(function, lambda expr: isinstance(expr, cst.Name) and expr.value == name)
 
 
 def _function_facts(steps: StepModel, function) -> FunctionFacts:

@@ -834,7 +834,12 @@ class StepModel:
 
             def is_ours(expr: cst.BaseExpression) -> bool:
                 return expr is value
-        if function is None:
+        return self.returned_uses_of(function, is_ours) if function is not None else []
+
+    def returned_uses_of(self, function: FunctionInfo, is_ours) -> list[tuple[bool, bool]]:
+        """(trains, again and again) of the step loops elsewhere that iterate what `function` returns,
+        where what it returns (whole, or an element of a returned tuple) is ours."""
+        if self.facts is None or not self.facts.returned_uses:
             return []
         elements = set()
         for returned in function.returns:

@@ -16,6 +16,13 @@ from loopaudit.constants import UNKNOWN, command_line_default, constant
 from loopaudit.tensors import Kind
 from loopaudit.walk import iter_subtree
 
+# The legacy typed constructors: `torch.LongTensor(b, n)` makes an uninitialised tensor of that size
+# on the host, `torch.FloatTensor(x)` copies the data given as its one argument.
+LEGACY_CONSTRUCTORS = frozenset({
+    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
+    "CharTensor", "ByteTensor", "BoolTensor", "Tensor",
+})
+
 # Positions of DataLoader's positional parameters (persistent_workers is keyword-only).
 _POSITIONS = {"num_workers": 5, "pin_memory": 7}
 
@@ -375,7 +382,7 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
         # what the step loop draws, `torch.FloatTensor(self.state[ind])` of a replay buffer's sample:
         # the step's data, converted
         return False
-    if qualified.count(".") == 1 and qualified[6:] in _LEGACY_CONSTRUCTORS:
+    if qualified.count(".") == 1 and qualified[6:] in LEGACY_CONSTRUCTORS:
         return True  # `torch.LongTensor(batch_size, n)`, `torch.IntTensor([length] * b)`: made by the script
     if _is_factory(expr, ctx) or first is None or len(seen) > 3:
         return True
@@ -415,11 +422,6 @@ def _made_by_helper_from_numbers(call: cst.Call, ctx) -> bool:
     return all(not arg.star and ctx.kind(arg.value) is Kind.NOT_TENSOR for arg in call.args)
 
 
-# The legacy typed constructors, which copy data given as their one argument (`torch.FloatTensor(x)`).
-_LEGACY_CONSTRUCTORS = frozenset({
-    "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor", "IntTensor", "ShortTensor", "ByteTensor",
-    "BoolTensor", "Tensor",
-})
 # Calls that draw random indices: an index made by one samples a minibatch (`self.state[ind]`).
 _SAMPLERS = frozenset({"randint", "choice", "sample", "permutation", "randperm", "multinomial"})
 
@@ -427,7 +429,7 @@ _SAMPLERS = frozenset({"randint", "choice", "sample", "permutation", "randperm",
 def _is_legacy_conversion(qualified: str, call: cst.Call) -> bool:
     positional = [arg for arg in call.args if arg.keyword is None]
     return (
-        qualified.count(".") == 1 and qualified[6:] in _LEGACY_CONSTRUCTORS and len(positional) == 1
+        qualified.count(".") == 1 and qualified[6:] in LEGACY_CONSTRUCTORS and len(positional) == 1
         and not positional[0].star and not isinstance(positional[0].value, (cst.Integer, cst.List, cst.Tuple))
     )
 

@@ -7,7 +7,7 @@ from loopaudit.walk import holds, iter_subtree
 
 from loopaudit.tensors import Kind
 
-from ._loaders import moves_to_device
+from ._loaders import LEGACY_CONSTRUCTORS, moves_to_device
 
 # Factories that can fill the tensor on the device itself (a kernel, no copy) when given `device=`.
 _FACTORIES = frozenset({
@@ -16,12 +16,6 @@ _FACTORIES = frozenset({
 })
 # Factories from Python data: flagged only for constants (data the script computes must be copied anyway).
 _FROM_DATA = frozenset({"tensor", "as_tensor", "from_numpy"})
-# The legacy typed constructors: `torch.LongTensor(b, n)` makes an uninitialised tensor of that size
-# on the host, `torch.IntTensor([length] * b)` one from data.
-_LEGACY = frozenset({
-    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
-    "CharTensor", "ByteTensor", "BoolTensor", "Tensor",
-})
 
 
 def _is_fill(expr: cst.BaseExpression) -> bool:
@@ -142,7 +136,7 @@ def _numpy_constant(expr: cst.BaseExpression, ctx) -> bool:
 
 
 def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, assumed: frozenset) -> cst.Call | None:
-    if factory in _LEGACY:
+    if factory in LEGACY_CONSTRUCTORS:
         return call if _legacy_host_creation(call) else None
     if factory not in _FACTORIES and factory not in _FROM_DATA:
         # `torch.triu(torch.full(...), 1)`, `torch.stack(torch.meshgrid(dy, dx), -1)`: computed on the

@@ -178,7 +178,9 @@ class PerSampleLoop(Rule):
                 return
             finder = _Elements(ctx, indices=indices, elements=set())
         else:
-            elements = _tensor_elements(iterable, item_target, ctx)
+            if not _iterates_tensors(iterable, ctx):
+                return
+            elements = set(target_names(item_target))
             if not elements or is_recurrence(node) or _used_as_mapping(node, elements):
                 return
             finder = _Elements(ctx, indices=set(), elements=elements)
@@ -195,21 +197,11 @@ class PerSampleLoop(Rule):
             )
 
 
-def _tensor_elements(iterable: cst.BaseExpression, target: cst.BaseExpression, ctx) -> set[str]:
-    """The names the loop binds to the elements of a tensor: all of them for `for x in batch`; for
-    `for name, pred, prob in zip(paths, preds_str, preds_max_prob)`, those of the tensors zipped
-    (`prob`), so that only tensor work on a tensor's rows counts, not string work on the lists."""
+def _iterates_tensors(iterable: cst.BaseExpression, ctx) -> bool:
     if isinstance(iterable, cst.Call) and terminal_name(iterable.func) == "zip":
         args = [arg.value for arg in iterable.args]
-        if not args or any(arg.star or arg.keyword is not None for arg in iterable.args):
-            return set()
-        tensors = [_is_tensor_value(arg, ctx) for arg in args]
-        if all(tensors):
-            return set(target_names(target))
-        if not any(tensors) or not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(args):
-            return set()
-        return {name for element, tensor in zip(target.elements, tensors) if tensor for name in target_names(element.value)}
-    return set(target_names(target)) if _is_tensor_value(iterable, ctx) else set()
+        return bool(args) and all(_is_tensor_value(arg, ctx) for arg in args)
+    return _is_tensor_value(iterable, ctx)
 
 
 def _is_tensor_value(expr: cst.BaseExpression, ctx) -> bool:
