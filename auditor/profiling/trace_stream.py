@@ -165,14 +165,9 @@ class TraceReader:
         """The event whose `start_map` was just read, if it is a complete one with a timestamp."""
         fields = {}
         args = _NO_ARGS
-        key = None  # the key whose value is being read, for messages
+        members = _Members(tokens)
         try:
-            for kind, value in tokens:
-                if kind == "map_key":
-                    key = value
-                    continue
-                if kind == "end_map":
-                    break
+            for key, kind, value in members:
                 if kind in _OPENERS:
                     if key == "args" and kind == "start_map":
                         args = self._args(tokens, index, depth + 1)
@@ -182,9 +177,8 @@ class TraceReader:
                             fields[key] = None  # an object or array where a scalar belongs: no better than null
                 elif key in _EVENT_FIELDS:
                     fields[key] = value
-                key = None
         except (ijson.JSONError, _Refusal, UnicodeDecodeError) as error:
-            raise TraceError(self._refusal(self._field(index, key), _problem(error))) from None
+            raise TraceError(self._refusal(self._field(index, members.key), _problem(error))) from None
         if fields.get("ph") != "X":
             return None
         try:
@@ -199,21 +193,16 @@ class TraceReader:
     def _args(self, tokens: Iterator, index: int, depth: int) -> dict:
         """The kept keys of the args object (a container at `depth`) whose `start_map` was just read."""
         kept = {}
-        key = None
+        members = _Members(tokens)
         try:
-            for kind, value in tokens:
-                if kind == "map_key":
-                    key = value
-                    continue
-                if kind == "end_map":
-                    break
+            for key, kind, value in members:
                 if kind in _OPENERS:
                     _skip(tokens, kind, depth)
                 elif key in self.kept_args:
                     kept[key] = value
-                key = None
         except (ijson.JSONError, _Refusal, UnicodeDecodeError) as error:
-            raise TraceError(self._refusal(self._field(index, "args" if key is None else f"args.{key}"), _problem(error))) from None
+            where = "args" if members.key is None else f"args.{members.key}"
+            raise TraceError(self._refusal(self._field(index, where), _problem(error))) from None
         return kept
 
     def _devices(self, tokens: Iterator, depth: int) -> None:
@@ -236,6 +225,27 @@ class TraceReader:
                     name = value
             if name:
                 self.devices.append(str(name))
+
+
+class _Members:
+    """The members of the JSON object whose `start_map` was just read, as (key, kind, value), up to its
+    `end_map`. A member whose value is an object or array comes with its opening kind: the caller reads
+    it or skips it before asking for the next. `key` is the key whose value is being read (None between
+    members), for messages about a value that cannot be read."""
+
+    def __init__(self, tokens: Iterator) -> None:
+        self.tokens = tokens
+        self.key = None
+
+    def __iter__(self) -> Iterator[tuple]:
+        for kind, value in self.tokens:
+            if kind == "map_key":
+                self.key = value
+                continue
+            if kind == "end_map":
+                return
+            yield self.key, kind, value
+            self.key = None
 
 
 def _skip(tokens: Iterator, kind: str, depth: int) -> None:
