@@ -6,9 +6,9 @@ from typing import Callable, TypeVar
 
 import libcst as cst
 
-from .module_index import Frame, ModuleIndex, Scope
-from .stepmodel import StepModel
-from .tensors import Kind, TensorInference
+from .analysis.module_index import Frame, ModuleIndex, Scope
+from .analysis.stepmodel import StepModel
+from .analysis.tensors import Kind, TensorInference
 
 T = TypeVar("T")
 

@@ -24,20 +24,20 @@ from . import collector
 from .cache import ResultCache
 from .canonical import digest
 from .context import RuleContext
-from .device import targets_cuda
+from .analysis.device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
-from .module_index import ModuleIndex, build_index
+from .analysis.module_index import ModuleIndex, build_index
 from .origins import LineMarks, LineResolver
 from .plain_data import from_plain, to_plain
 from .positions import Positions, print_rewritten, source_lines
 from .python_check import Refusal, python_refusal, too_complex_for_python
 from .form_feeds import without_leading_form_feeds
-from .project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, TextFacts, derive_facts, marked_folders, summarize
+from .analysis.project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, TextFacts, derive_facts, marked_folders, summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Report, Rule
-from .stepmodel import StepModel, StepReason
+from .analysis.stepmodel import StepModel, StepReason
 from .suppression import is_suppressed, suppressions
-from .tensors import TensorInference
+from .analysis.tensors import TensorInference
 from .workers import DEFAULT_CPU_SECONDS, FileFailure, WorkerPool
 from .rules.files.not_analysed import NotAnalysedRule as NOT_ANALYSED
 from .rules.files.syntax_error import SyntaxErrorRule as SYNTAX_ERROR

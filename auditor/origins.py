@@ -21,7 +21,7 @@ from libcst._nodes.internal import CodegenState  # the base libcst's own Positio
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .form_feeds import without_leading_form_feeds
-from .module_index import ModuleIndex, build_index
+from .analysis.module_index import ModuleIndex, build_index
 from .python_check import too_complex_for_python
 
 _MARK = re.compile(r"⟦([^⟦⟧|]+)\|(loop|function|call)\|(\d+)⟧")

@@ -27,7 +27,7 @@ from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from .walk import parent_map
+from .analysis.walk import parent_map
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # a line break as Python and libcst read one
 

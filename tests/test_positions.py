@@ -12,7 +12,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from loopaudit.engine import _rewrite
 from loopaudit.positions import Positions
-from loopaudit.walk import iter_subtree
+from loopaudit.analysis.walk import iter_subtree
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("*.py"))
 

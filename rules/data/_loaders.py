@@ -9,12 +9,7 @@ import builtins
 
 import libcst as cst
 
-from loopaudit.module_index import FrameKind, LoopInfo
-from loopaudit.names import dotted_name, terminal_name
-from loopaudit.patterns import BATCH_FETCH, unwrap_iterable
-from loopaudit.constants import UNKNOWN, command_line_default, constant
-from loopaudit.tensors import Kind
-from loopaudit.walk import iter_subtree
+from loopaudit.analysis import BATCH_FETCH, command_line_default, constant, dotted_name, FrameKind, iter_subtree, Kind, LoopInfo, terminal_name, UNKNOWN, unwrap_iterable
 
 # The legacy typed constructors: `torch.LongTensor(b, n)` makes an uninitialised tensor of that size
 # on the host, `torch.FloatTensor(x)` copies the data given as its one argument.
@@ -547,17 +542,17 @@ def _strip_to_source(expr: cst.BaseExpression, ctx) -> cst.BaseExpression:
 
 
 def _prepared_loaders(ctx) -> frozenset[str]:
-    cached = getattr(ctx.index, "_la2_prepared", None)
-    if cached is None:
-        names = set()
-        for site in ctx.index.calls:
-            func = site.call.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _PREPARE_METHODS:
-                names.update(terminal_name(arg.value) for arg in site.call.args if arg.keyword is None)
-                bound = ctx.index.bound_names.get(id(site.call))
-                if bound:
-                    names.add(bound[0].split(".")[-1])
-        names.discard(None)
-        cached = frozenset(names)
-        ctx.index._la2_prepared = cached  # computed once per file
-    return cached
+    return ctx.memoized("prepared loaders", lambda: _names_prepared(ctx))
+
+
+def _names_prepared(ctx) -> frozenset[str]:
+    names = set()
+    for site in ctx.index.calls:
+        func = site.call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _PREPARE_METHODS:
+            names.update(terminal_name(arg.value) for arg in site.call.args if arg.keyword is None)
+            bound = ctx.index.bound_names.get(id(site.call))
+            if bound:
+                names.add(bound[0].split(".")[-1])
+    names.discard(None)
+    return frozenset(names)

@@ -3,9 +3,8 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
-from loopaudit.walk import holds, iter_subtree
+from loopaudit.analysis import holds, iter_subtree, Kind
 
-from loopaudit.tensors import Kind
 
 from ._loaders import LEGACY_CONSTRUCTORS, moves_to_device
 

@@ -2,11 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.constants import counts_cpus
-from loopaudit.module_index import FrameKind
-from loopaudit.names import terminal_name
+from loopaudit.analysis import argument_for, counts_cpus, drawn_from, FrameKind, terminal_name
 from loopaudit.rule import Report, Rule
-from loopaudit.stepmodel import argument_for, drawn_from
 
 from ._loaders import (
     UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, returned_step_uses,

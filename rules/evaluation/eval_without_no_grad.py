@@ -4,10 +4,8 @@ import re
 
 import libcst as cst
 
-from loopaudit.names import terminal_name
-from loopaudit.patterns import FORWARD_CALLEE, is_training_call
+from loopaudit.analysis import FORWARD_CALLEE, is_training_call, iter_subtree, terminal_name
 from loopaudit.rule import Report, Rule
-from loopaudit.walk import iter_subtree
 
 # Functions that evaluate: `evaluate`, `validate`, `test`, `eval_epoch`, `run_validation`, nanoGPT's
 # `estimate_loss`. Not pytest's `test_*` functions, which test code rather than a model.

@@ -13,10 +13,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.module_index import Scope
-from loopaudit.names import terminal_name
-from loopaudit.tensors import Kind
-from loopaudit.walk import iter_subtree
+from loopaudit.analysis import iter_subtree, Kind, Scope, terminal_name
 
 TENSORS = (Kind.TENSOR, Kind.HOST_TENSOR)
 _CONTAINER_NAME = re.compile(r"(?i)(^|_)(tuple|list|dict|items|pairs)s?($|_)")
@@ -146,7 +143,7 @@ def tensor_kind(expr: cst.BaseExpression, ctx, scope: Scope | None = None) -> Ki
                 continue
             kinds.append(ctx.tensors.kind(element, binding.scope))
         elif binding.kind in ("value", "augment", "element", "loop"):
-            kinds.append(ctx.tensors._binding_kind(binding, 1))
+            kinds.append(ctx.tensors.binding_kind(binding))
         else:
             kinds.append(Kind.UNKNOWN)
     if Kind.TENSOR in kinds or (moves and Kind.HOST_TENSOR in kinds):

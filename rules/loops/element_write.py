@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.module_index import FrameKind
+from loopaudit.analysis import FrameKind
 from loopaudit.rule import Report, Rule
 
 from ._batch import (

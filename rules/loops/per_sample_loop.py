@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.names import terminal_name
+from loopaudit.analysis import iter_subtree, Kind, terminal_name
 from loopaudit.rule import Report, Rule
-from loopaudit.tensors import Kind
-from loopaudit.walk import iter_subtree
 
 from ._batch import (
     TENSORS,

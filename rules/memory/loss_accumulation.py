@@ -2,11 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.module_index import FrameKind, Scope
-from loopaudit.names import terminal_name
-from loopaudit.patterns import FORWARD_CALLEE
+from loopaudit.analysis import FORWARD_CALLEE, FrameKind, iter_subtree, Scope, terminal_name
 from loopaudit.rule import Fix, Report, Rule
-from loopaudit.walk import iter_subtree
 
 # Tensor methods whose result is still part of the autograd graph of their receiver.
 _DIFFERENTIABLE_METHODS = frozenset({
@@ -152,7 +149,7 @@ class LossAccumulatedWithGraph(Rule):
         loop = _training_loop(ctx)
         if loop is None or ctx.steps.under_no_grad(ctx.frame):
             return
-        if not _outlives(accumulator, ctx.scope, loop.node):
+        if not _outlives(accumulator, ctx.scope, loop.node, ctx):
             return
         if not _carries_graph(value, ctx, ctx.scope, 0, set()):
             return
@@ -190,17 +187,12 @@ def _training_loop(ctx):
     return None
 
 
-def _inside(node: cst.CSTNode, root: cst.CSTNode, cache={}) -> bool:
-    key = id(root)
-    ids = cache.get(key)
-    if ids is None or ids[0] is not root:
-        ids = (root, {id(n) for n in iter_subtree(root)})
-        cache.clear()
-        cache[key] = ids
-    return id(node) in ids[1]
+def _inside(node: cst.CSTNode, root: cst.CSTNode, ctx) -> bool:
+    # The nodes under `root`, gathered once per analysis: the tree lives as long as the analysis does.
+    return id(node) in ctx.memoized(f"nodes under {id(root)}", lambda: {id(n) for n in iter_subtree(root)})
 
 
-def _outlives(name: str, scope: Scope, loop_node: cst.CSTNode) -> bool:
+def _outlives(name: str, scope: Scope, loop_node: cst.CSTNode, ctx) -> bool:
     """Is `name` bound before the loop (outside it) and never re-bound inside it?"""
     found = scope.lookup(name)
     if found is None:
@@ -208,7 +200,7 @@ def _outlives(name: str, scope: Scope, loop_node: cst.CSTNode) -> bool:
     bindings = [b for b in found[0] if b.kind in ("value", "element", "with")]
     if not bindings:
         return False
-    outside = [b for b in bindings if not _inside(b.value, loop_node)]
+    outside = [b for b in bindings if not _inside(b.value, loop_node, ctx)]
     return bool(outside) and len(outside) == len(bindings)
 
 
@@ -268,7 +260,7 @@ def _forward_callee(name: str, ctx) -> bool:
 def _computed_without_grad(value: cst.CSTNode, ctx) -> bool:
     """Was this value computed inside `with torch.no_grad():` (a teacher's output, a target)?"""
     for with_node in _no_grad_blocks(ctx):
-        if _inside(value, with_node.body):
+        if _inside(value, with_node.body, ctx):
             return True
     return False
 
@@ -278,7 +270,7 @@ def _no_grad_blocks(ctx) -> list:
         "no-grad blocks",
         lambda: [
             node for node in iter_subtree(ctx.index.module)
-            if isinstance(node, cst.With) and any(ctx.steps._disables_grad(item.item) for item in node.items)
+            if isinstance(node, cst.With) and any(ctx.steps.disables_grad(item.item) for item in node.items)
         ],
     )
 

@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
-from loopaudit.tensors import Kind
+from loopaudit.analysis import Kind
 
 _TORCH_FUNCTIONS = {
     "torch.nonzero": "torch.nonzero",

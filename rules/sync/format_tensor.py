@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.names import terminal_name
+from loopaudit.analysis import terminal_name
 from loopaudit.rule import Report, Rule
 
 _LOGGER_NAME = re.compile(r"(?i)^(log|logger|_logger|logging|LOGGER|_log)$|_logger$")

@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.names import terminal_name
+from loopaudit.analysis import terminal_name
 from loopaudit.rule import Report, Rule
 
 # `GradScaler.get_scale()` returns `self._scale.item()`, and `state_dict()` calls it: a sync hidden in

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
-from loopaudit.walk import iter_subtree
+from loopaudit.analysis import iter_subtree
 
 _CONVERSIONS = frozenset({"float", "int", "bool", "complex"})
 

@@ -1074,14 +1074,14 @@ class StepModel:
         current: Frame | None = frame
         while current is not None:
             if current.kind is FrameKind.WITH and any(
-                self._disables_grad(item.item) for item in current.node.items  # type: ignore[union-attr]
+                self.disables_grad(item.item) for item in current.node.items  # type: ignore[union-attr]
             ):
                 return True
             if current.kind is FrameKind.FUNCTION:
                 function = current.function
                 if function is None:
                     return False
-                if any(self._disables_grad(d.decorator) for d in function.node.decorators):
+                if any(self.disables_grad(d.decorator) for d in function.node.decorators):
                     return True
                 if id(function) in seen or not function.call_sites:
                     return False
@@ -1089,7 +1089,9 @@ class StepModel:
             current = current.parent
         return False
 
-    def _disables_grad(self, expr: cst.BaseExpression) -> bool:
+    def disables_grad(self, expr: cst.BaseExpression) -> bool:
+        """Does this context manager or decorator turn autograd off (`torch.no_grad()`,
+        `torch.inference_mode()`, `torch.set_grad_enabled(False)`)?"""
         call = expr if isinstance(expr, cst.Call) else None
         target = call.func if call else expr
         # `torch` that no import binds came in through a star import (`from modeling.deeplab import *`):

@@ -11,7 +11,7 @@ whose facts changed is analysed again with them; a few rounds settle the longest
 scanned alone gets no facts and keeps the single-file behaviour.
 
 Imports resolve the way Python would from the project's folders: `from engine import f` and
-`import utils` to a module of that name nearest the importing file, `from .losses import f` against
+`import utils` to a module of that name nearest the importing file, `from ..losses import f` against
 the importing file's package.
 """
 
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
-from .canonical import content_digest
+from ..canonical import content_digest
 from .constants import At, declared_defaults, setting_value
 from .device import names_cuda
 from .module_index import FrameKind, Signature
 from .names import dotted_name
-from .positions import source_lines
+from ..positions import source_lines
 
 if TYPE_CHECKING:
     from .module_index import ModuleIndex

@@ -1,0 +1,29 @@
+"""The analysis model: what the scanned code is, which of it runs once per training step, and which
+values live on the device.
+
+- `module_index`: the one walk over a file (scopes, bindings, loops, frames of code, call edges).
+- `stepmodel`: the per-step model: the project call graph walked from step loops, evaluation loops
+  and framework hooks, each reached function keeping one shortest chain for its findings.
+- `project`: the same facts across the modules of a project (imports, classes, settings, devices).
+- `tensors` and `device`: device provenance, i.e. which values are tensors and where they live.
+- `names`, `walk`, `patterns`, `constants`: the vocabulary the others share.
+
+Rules use this package through the names below and the `RuleContext` members (`ctx.index`,
+`ctx.steps`, `ctx.tensors`), never through a module's private members: `tests/test_rule_api.py`
+keeps it so.
+"""
+
+from .constants import UNKNOWN, command_line_default, constant, counts_cpus
+from .module_index import FrameKind, LoopInfo, ModuleIndex, Scope
+from .names import dotted_name, terminal_name
+from .patterns import BATCH_FETCH, FORWARD_CALLEE, is_training_call, unwrap_iterable
+from .stepmodel import StepModel, argument_for, drawn_from
+from .tensors import Kind, TensorInference
+from .walk import holds, iter_subtree
+
+__all__ = [
+    "BATCH_FETCH", "FORWARD_CALLEE", "UNKNOWN", "FrameKind", "Kind", "LoopInfo", "ModuleIndex", "Scope",
+    "StepModel", "TensorInference", "argument_for", "command_line_default", "constant", "counts_cpus",
+    "dotted_name", "drawn_from", "holds", "is_training_call", "iter_subtree", "terminal_name",
+    "unwrap_iterable",
+]

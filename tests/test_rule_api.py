@@ -1,0 +1,86 @@
+"""Rules reach the engine through a small, declared API: `loopaudit.rule` (the rule contract),
+`loopaudit.analysis` (the analysis model's public names), `loopaudit.call_edits` (building fixes) and,
+for the measured rules, `loopaudit.profiling`. Nothing under `rules/` reads a private member of
+what the context hands it, and rule-level caches go through `ctx.memoized`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import loopaudit.analysis
+
+RULES = Path(__file__).resolve().parent.parent / "rules"
+ALLOWED = ("loopaudit.rule", "loopaudit.analysis", "loopaudit.call_edits", "loopaudit.profiling")
+RULE_FILES = sorted(RULES.rglob("*.py"))
+
+
+def _imports(module: cst.Module) -> list[str]:
+    found = []
+    for node in _nodes(module):
+        if isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
+            found.append(cst.Module([]).code_for_node(node.module))
+        elif isinstance(node, cst.Import):
+            found.extend(cst.Module([]).code_for_node(alias.name) for alias in node.names)
+    return found
+
+
+def _nodes(root: cst.CSTNode):
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children)
+
+
+def _root_name(node: cst.BaseExpression) -> str | None:
+    while isinstance(node, (cst.Attribute, cst.Call, cst.Subscript)):
+        node = node.value if not isinstance(node, cst.Call) else node.func
+    return node.value if isinstance(node, cst.Name) else None
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: str(p.relative_to(RULES)))
+def test_rules_import_only_the_rule_api(path):
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    internal = [name for name in _imports(module) if name.startswith("loopaudit")]
+    outside = [name for name in internal if not name.startswith(ALLOWED)]
+    assert not outside, f"{path.name} imports engine internals: {outside}"
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: str(p.relative_to(RULES)))
+def test_rules_read_no_private_member_of_the_context(path):
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    private = [
+        cst.Module([]).code_for_node(node)
+        for node in _nodes(module)
+        if isinstance(node, cst.Attribute) and node.attr.value.startswith("_")
+        and not node.attr.value.startswith("__") and _root_name(node.value) == "ctx"
+    ]
+    assert not private, f"{path.name} reads private members: {private}"
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: str(p.relative_to(RULES)))
+def test_rules_keep_no_cache_in_a_default_argument(path):
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    mutable = [
+        node.name.value
+        for node in _nodes(module)
+        if isinstance(node, cst.FunctionDef)
+        and any(isinstance(p.default, (cst.Dict, cst.List, cst.Set)) for p in node.params.params)
+    ]
+    assert not mutable, f"{path.name}: a mutable default keeps state between analyses in {mutable}"
+
+
+def test_rules_use_only_names_the_analysis_api_declares():
+    used = set()
+    for path in RULE_FILES:
+        for node in _nodes(cst.parse_module(path.read_text(encoding="utf-8"))):
+            if isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+                if cst.Module([]).code_for_node(node.module) == "loopaudit.analysis":
+                    used.update(alias.name.value for alias in node.names)
+    assert used, "no rule imports the analysis API: the test reads the wrong folder"
+    assert used <= set(loopaudit.analysis.__all__), used - set(loopaudit.analysis.__all__)
+    missing = [name for name in loopaudit.analysis.__all__ if not hasattr(loopaudit.analysis, name)]
+    assert not missing
