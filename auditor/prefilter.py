@@ -40,6 +40,8 @@ _DATA_WALK = re.compile(
     re.M,
 )
 # A generator function (`def datagen(...): ... yield batch`) that a loop of the same file walks.
+# `for i in range(0, len(images), batch_size)`: a walk over data one batch at a time (stepmodel.batch_stride).
+_BATCH_STRIDE = re.compile(r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*range\([^\n]*,[^\n,]*(?:batch_?size|\bbsz?\b)[^\n,]*\)", re.M)
 _YIELD = re.compile(r"^[ \t]+yield\b", re.M)
 _DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", re.M)
 
@@ -81,6 +83,8 @@ def _has_step_hint(text: str) -> bool:
         return True
     if _STEP_LOOP.search(text) is not None:
         return True
+    if "cuda" in text and _BATCH_STRIDE.search(text) is not None:
+        return True  # `for i in range(0, n, batch_size): ... .cuda()`: inference one batch at a time
     if not ("no_grad" in text or "inference_mode" in text or ".eval()" in text):
         return False
     if _DATA_WALK.search(text) is not None:

@@ -68,6 +68,9 @@ def test_in_a_project_the_torch_import_and_the_device_may_be_in_another_module()
     ("for i in tqdm(range(num_steps)):", True),
     ("for i, _ in enumerate(range(max_iters)):", True),
     ("for it in trange(total_steps):", True),
+    ("for i in range(0, lastframe, opt.batch_size):", True),  # one batch at a time (stepmodel.batch_stride)
+    ("for i in tqdm(range(0, len(images), batch_size)):", True),
+    ("for i in range(0, len(images), 2):", False),
 ])
 def test_a_step_line_passes_only_when_the_step_model_could_act_on_it(step_line, passes):
     """A denoising loop (`scheduler.step` over `enumerate(timesteps)`) is neither a training call nor a

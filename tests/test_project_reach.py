@@ -437,6 +437,120 @@ CASES = {
                 validate(model, val_dataset, flip=True)
         """,
     },
+    "inference one batch at a time: a range stepped by the batch size, a method of the project's model": {
+        "scores.py": """
+            import torch
+            from syncnet import SyncNet
+
+            class Scorer:
+                def __init__(self):
+                    self.net = SyncNet().cuda()
+
+                def evaluate(self, frames, batch_size):
+                    feats = []
+                    for i in range(0, len(frames), batch_size):
+                        batch = torch.cat(frames[i:i + batch_size], 0)
+                        out = self.net.forward_lip(batch.cuda())
+                        feats.append(out.cpu())  # expect: LA102
+                    return feats
+        """,
+        "syncnet.py": """
+            import torch
+
+            class SyncNet(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lip = torch.nn.Linear(4, 4)
+
+                def forward_lip(self, x):
+                    return self.lip(x)
+        """,
+    },
+    "what an inference loop loads from each file and converts is the step's batch": {
+        "inference.py": """
+            import os
+            import torch
+            from utils import load_wav
+
+            device = torch.device("cuda")
+            generator = torch.nn.Linear(4, 4).to(device)
+            filelist = os.listdir("wavs")
+            with torch.no_grad():
+                for i, filename in enumerate(filelist):
+                    wav, sr = load_wav(os.path.join("wavs", filename))
+                    wav = wav / 32768.0
+                    x = torch.FloatTensor(wav).to(device)  # expect: LA202
+                    y = generator(x)
+        """,
+        "utils.py": """
+            import numpy as np
+
+            def load_wav(path):
+                return np.load(path), 22050
+        """,
+    },
+    "a loop that hands each item to an evaluation method is an evaluation loop; a few settings are not": {
+        "agent.py": """
+            import torch
+
+            class Agent:
+                def __init__(self):
+                    self.net = torch.nn.Linear(4, 2).cuda()
+
+                def evaluate_q(self, state):
+                    with torch.no_grad():
+                        return self.net(state.unsqueeze(0)).max(1)[0].item()  # expect: LA101
+
+            def test(agent, val_states):
+                qs = []
+                for state in val_states:
+                    qs.append(agent.evaluate_q(state))
+                return sum(qs) / len(qs)
+
+            @torch.no_grad()
+            def render(agent, states, scale):
+                return agent.net(states * scale).cpu()
+
+            def debug_images(agent, states):
+                for scale in [0.5, 1.0, 2.0]:
+                    render(agent, states, scale)
+
+            agent = Agent()
+            optimizer = torch.optim.Adam(agent.net.parameters())
+            for epoch in range(10):
+                for states in train_loader:
+                    agent.net(states.cuda(non_blocking=True)).sum().backward()
+                    optimizer.step()
+                test(agent, torch.load("val.pt"))
+                debug_images(agent, torch.load("val.pt"))
+        """,
+    },
+    "branches for other devices, a model's config and device flags are not syncs on CUDA": {
+        "train.py": """
+            import torch
+
+            def unwrap_model(model):
+                return model.module if hasattr(model, "module") else model
+
+            device = torch.device("cuda")
+            model = torch.nn.Linear(4, 4).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            is_npu = device.type == "npu" and torch.npu.is_available()
+            for x in loader:
+                x = x.to(device, non_blocking=True)
+                if unwrap_model(model).config.in_channels == 8:
+                    x = torch.cat([x, x], dim=1)
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+                if device.type == "cuda":
+                    pass
+                elif device.type == "npu":
+                    torch.npu.synchronize()
+                if is_npu:
+                    print(loss.item())
+        """,
+    },
 }
 
 

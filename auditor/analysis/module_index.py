@@ -22,7 +22,7 @@ import libcst as cst
 
 from .names import ImportTable, dotted_name, terminal_name
 from .walk import walk
-from .patterns import is_cpu_only_test, is_debug_test, is_off_by_default, is_periodic_test, is_rare_branch, is_training_call
+from .patterns import is_other_device_test, is_debug_test, is_off_by_default, is_periodic_test, is_rare_branch, is_training_call
 
 
 class FrameKind(enum.Enum):
@@ -64,6 +64,15 @@ class Frame:
                 return frame.loop
             frame = frame.parent
         return None
+
+    def body(self) -> Frame:
+        """The innermost loop body or function body this frame is part of (else the module or class
+        body): the code that runs once each time that body runs, whatever `if` or `with` it sits in.
+        Reports in one such body happen together, once per step when the body is a step's."""
+        frame = self
+        while frame.parent is not None and frame.kind not in (FrameKind.LOOP, FrameKind.FUNCTION, FrameKind.CLASS):
+            frame = frame.parent
+        return frame
 
     def enclosing_function(self) -> FunctionInfo | None:
         """The function whose body this frame is in; None at module level."""
@@ -303,7 +312,7 @@ class _Indexer:
             if is_off_by_default(node.test, self.function.node if self.function is not None else None):
                 self._push(Frame(FrameKind.OPTION, self.frame, node))
                 return
-            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_cpu_only_test(node.test) or is_debug_test(node.test):
+            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(node.test):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
         elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)) and attribute == "body":

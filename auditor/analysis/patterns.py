@@ -33,12 +33,22 @@ STEP_VARIABLE = re.compile(
 )
 # Bounds that count steps: `range(max_steps)`, `range(eval_iters)`, `while iter_num < max_iters`.
 STEP_BOUND = re.compile(r"(?i)(steps$|iters$|max_iter|iterations$|batches$|updates$|iter_?num|global_step)")
-# Callees that do a step's work when called: a forward pass (`model(x)`, `self.net(x)`,
+# Callees that do a step's work when called: a forward pass (`model(x)`, `self.net(x)`, `forward_lip(x)`,
 # `criterion(out, y)`) or fetching a batch (`next(it)`, `get_batch("train")`).
 FORWARD_CALLEE = re.compile(
-    r"(?i)(model|net$|network|criterion|loss_?fn|loss_?func|lossfn|loss_fct|encoder|decoder|"
+    r"(?i)(model|net$|network|^forward(_|$)|criterion|loss_?fn|loss_?func|lossfn|loss_fct|encoder|decoder|"
     r"classifier|backbone|generator|discriminator|^netg$|^netd$|critic|actor|policy|^module$|^ddp|^self$)"
 )
+# Functions that make, load or unwrap a model rather than run one: `unwrap_model(unet)`,
+# `get_model(cfg)`, `build_encoder(...)` return a module, not a tensor.
+_MAKES_A_MODEL = re.compile(r"(?i)^_?(get|load|build|create|make|init|unwrap|wrap|prepare|setup|define|instantiate|save|freeze|count)_")
+
+
+def calls_a_model(name: str) -> bool:
+    """Is a call of `name` a forward pass (`model(x)`, `self.criterion(out, y)`), not a factory?"""
+    return bool(FORWARD_CALLEE.search(name)) and not _MAKES_A_MODEL.match(name)
+
+
 BATCH_FETCH = re.compile(r"(?i)^(next|get_batch|get_batches|sample_batch|next_batch|fetch_batch|load_batch)$")
 _EPOCH = re.compile(r"(?i)epoch")
 
@@ -187,19 +197,32 @@ def is_off_by_default(test: cst.BaseExpression, function: cst.FunctionDef | None
     return False
 
 
-def is_cpu_only_test(test: cst.BaseExpression) -> bool:
-    """`if mode == "cpu":`, `if device.type == 'cpu':`, `if not torch.cuda.is_available():`: a branch
-    that a run on the GPU does not take (YOLOX's CPU fallback after an out-of-memory error)."""
+# Devices other than CUDA, as `torch.device(...).type` names them, and the flags scripts keep for them.
+_OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "mps", "hpu", "mlu", "tpu", "xla", "musa"})
+_OTHER_DEVICE_FLAG = re.compile(r"(?i)^(is|use|on|using)_(cpu|npu|xpu|mps|hpu|mlu|tpu|xla|musa)$")
+
+
+def is_other_device_test(test: cst.BaseExpression) -> bool:
+    """`if mode == "cpu":`, `elif device.type == 'npu':`, `if self.is_npu:`, `if not
+    torch.cuda.is_available():`, `if torch.backends.mps.is_available():`: a branch that a run on a CUDA
+    GPU does not take (YOLOX's CPU fallback after an out-of-memory error, timm's NPU branches)."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = test.expression
         return isinstance(inner, cst.Call) and dotted_name(inner.func) in ("torch.cuda.is_available", "cuda.is_available")
+    if isinstance(test, cst.Call):
+        name = dotted_name(test.func) or ""
+        parts = name.split(".")
+        return name.endswith(".is_available") and any(part in _OTHER_DEVICES for part in parts[:-1])
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        name = terminal_name(test)
+        return name is not None and _OTHER_DEVICE_FLAG.match(name) is not None
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     target = test.comparisons[0]
     if not isinstance(target.operator, (cst.Equal, cst.Is)):
         return False
     sides = (test.left, target.comparator)
-    return any(isinstance(side, cst.SimpleString) and side.evaluated_value == "cpu" for side in sides)
+    return any(isinstance(side, cst.SimpleString) and side.evaluated_value in _OTHER_DEVICES for side in sides)
 
 
 def runs_once(node: cst.For | cst.While) -> bool:

@@ -31,8 +31,8 @@ from .names import dotted_name, terminal_name
 from .walk import iter_subtree
 from .patterns import (
     BATCH_FETCH,
-    FORWARD_CALLEE,
     LOADER_NAME,
+    calls_a_model,
     is_training_call,
     is_step_variable,
     loop_target_names,
@@ -661,6 +661,8 @@ class StepModel:
             return True
         if self.walks_data(loop) and self.does_step_work(loop.all_calls):
             return True  # an inference or evaluation loop over samples, files or a batch generator
+        if self._evaluates_each_item(loop):
+            return True  # `for state in val_mem: qs.append(dqn.evaluate_q(state))`
         # A loop that only *looks* like it counts steps (`while num_iters < n`, `for b in
         # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
         # Not inside a model's own methods: there a counted loop unrolls the computation (an
@@ -668,6 +670,39 @@ class StepModel:
         if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
             return False
         return self.counts_steps(loop) and self.does_step_work(loop.all_calls)
+
+    def _evaluates_each_item(self, loop: LoopInfo) -> bool:
+        """Does every iteration of a loop over items hand its item to a function of the project that
+        runs a forward pass with autograd off (an `evaluate`/`predict` method)? Each iteration is then
+        an evaluation step, whatever the loop walks. A call resolved by the method's name alone counts
+        only when one method of the module has that name."""
+        if not isinstance(loop.node, cst.For) or indexed_walk(loop) is not None:
+            return False
+        walked = unwrap_iterable(loop.node.iter)
+        if not walked or any(isinstance(expr, (cst.List, cst.Tuple, cst.Set, cst.Dict)) for expr in walked):
+            return False  # `for psi in [0.5, 0.7, 1.0]`: a few settings, not a walk over data
+        items = loop_target_names(loop.node)
+        for site in loop.direct_calls:
+            if not _on_every_iteration(site.frame, loop.frame):
+                continue
+            passed = {n.value for arg in site.call.args for n in iter_subtree(arg.value) if isinstance(n, cst.Name)}
+            targets = self.resolve(site) if passed & items else []
+            if self.by_name(site) and len(targets) != 1:
+                continue
+            for function in targets:
+                if self._evaluates(function) and self.function_does_step_work(function):
+                    return True
+        return False
+
+    def _evaluates(self, function: FunctionInfo) -> bool:
+        """Is autograd off in `function`: a no-grad decorator, or its body inside `with torch.no_grad():`."""
+        if any(self.disables_grad(d.decorator) for d in function.node.decorators):
+            return True
+        statements = function.node.body.body if isinstance(function.node.body, cst.IndentedBlock) else ()
+        return any(
+            isinstance(statement, cst.With) and any(self.disables_grad(item.item) for item in statement.items)
+            for statement in statements
+        )
 
     def fetches_batch(self, loop: LoopInfo) -> bool:
         """`for i in range(0, n, bptt): data, targets = get_batch(source, i)`: one batch per iteration."""
@@ -689,9 +724,11 @@ class StepModel:
                 # `next(it)` fetches a batch only when `it` comes from a loader: `it = iter(train_loader)`.
                 if site.call.args and self.is_loader(site.call.args[0].value, site.scope):
                     return True
-            elif BATCH_FETCH.match(name) or (FORWARD_CALLEE.search(name) and name not in self.index.classes):
+            elif BATCH_FETCH.match(name) or (calls_a_model(name) and name not in self.index.classes):
                 return True
             for function in self.resolve(site):
+                if function.class_info is not None and not self.by_name(site) and self.is_torch_module(function.class_info):
+                    return True  # a method of the project's own `nn.Module` (`self.net.forward_lip(x)`): a forward pass
                 if id(function) not in seen and self.function_does_step_work(function, seen):
                     return True
         return self._known_elsewhere("step_work", calls)
@@ -900,6 +937,8 @@ class StepModel:
         walked = indexed_walk(loop)
         if walked is not None and _DATASET.search(walked) and _indexed_in(loop, walked, loop_target_names(loop.node)):
             return True
+        if batch_stride(loop) is not None:
+            return True  # `for i in range(0, len(images), batch_size)`: one batch of samples per iteration
         for expr in unwrap_iterable(loop.node.iter):
             if self._made_by_generator(expr, loop.scope):
                 return True
@@ -1268,6 +1307,28 @@ def indexed_walk(loop: LoopInfo) -> str | None:
     if isinstance(length, cst.Call) and terminal_name(length.func) == "len" and len(length.args) == 1:
         return dotted_name(length.args[0].value)
     return None
+
+
+_BATCH_SIZE = re.compile(r"(?i)(batch_?size|^bs$|^bsz$|_bs$)")
+
+
+def batch_stride(loop: LoopInfo) -> cst.BaseExpression | None:
+    """The stride of `for i in range(start, stop, batch_size)` (also inside `tqdm(...)` /
+    `enumerate(...)`), when it names a batch size: the loop walks its data one batch at a time."""
+    if not isinstance(loop.node, cst.For):
+        return None
+    iterable = loop.node.iter
+    while isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("tqdm", "enumerate", "trange") and iterable.args:
+        if terminal_name(iterable.func) == "trange":
+            break
+        iterable = iterable.args[0].value
+    if not (isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("range", "trange")):
+        return None
+    positional = [arg.value for arg in iterable.args if arg.keyword is None and not arg.star]
+    if len(positional) != 3:
+        return None
+    names = [terminal_name(node) or "" for node in iter_subtree(positional[2]) if isinstance(node, (cst.Name, cst.Attribute))]
+    return positional[2] if any(_BATCH_SIZE.search(name) for name in names) else None
 
 
 def _indexed_in(loop: LoopInfo, walked: str, targets: set[str]) -> bool:

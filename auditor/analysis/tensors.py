@@ -19,7 +19,7 @@ import libcst as cst
 
 from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
 from .names import dotted_name, terminal_name
-from .patterns import FORWARD_CALLEE, unwrap_iterable
+from .patterns import calls_a_model, unwrap_iterable
 from .stepmodel import StepModel, argument_for, indexed_walk
 from .walk import Containment
 
@@ -34,6 +34,12 @@ class Kind(enum.Enum):
 # torch functions that do not return a tensor (the rest of `torch.*` does).
 _TORCH_NON_TENSOR_PREFIXES = (
     "torch.cuda.",
+    # The other accelerators' runtime modules answer questions (`torch.npu.is_available()`).
+    "torch.xpu.",
+    "torch.npu.",
+    "torch.mps.",
+    "torch.mtia.",
+    "torch.accelerator.",
     "torch.distributed.",
     "torch.backends.",
     "torch.utils.data.",
@@ -125,7 +131,12 @@ _COUNT_ATTRIBUTES = frozenset({
     "num_graphs", "num_nodes", "num_edges", "num_features", "num_node_features", "num_edge_features",
     "batch_size", "keys", "is_cuda",
 })
-_NON_TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout"})
+_NON_TENSOR_ATTRIBUTES = frozenset({
+    "shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout",
+    # Not a tensor's: a module's flag and configuration (`unwrap_model(unet).config.in_channels`), a
+    # device's type and index (`device.type == "npu"`).
+    "training", "config", "type", "index",
+})
 
 
 class TensorInference:
@@ -652,7 +663,7 @@ class TensorInference:
                 return Kind.HOST_TENSOR  # `batch = next(train_iter)`: a batch as the loader yields it
             if func.value in self.index.classes:
                 return Kind.UNKNOWN  # constructing one of the module's own classes
-            if FORWARD_CALLEE.search(func.value) or self._is_model_instance(func.value, scope):
+            if calls_a_model(func.value) or self._is_model_instance(func.value, scope):
                 return Kind.TENSOR
             returned = self.returned_kinds(expr, scope, depth)
             return returned[0] if returned is not None else Kind.UNKNOWN
@@ -669,7 +680,7 @@ class TensorInference:
                 if method in _TO_DEVICE and not _moves_to_cpu(expr):
                     return Kind.TENSOR
                 return receiver
-            if isinstance(func.value, cst.Name) and func.value.value == "self" and FORWARD_CALLEE.search(method):
+            if isinstance(func.value, cst.Name) and func.value.value == "self" and calls_a_model(method):
                 return Kind.TENSOR  # `self.model(x)`, `self.criterion(out, y)`
             returned = self.returned_kinds(expr, scope, depth)
             return returned[0] if returned is not None else Kind.UNKNOWN
