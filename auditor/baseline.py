@@ -4,8 +4,14 @@
 FILE` then reports only findings whose fingerprint is not in it. A finding moved by unrelated edits
 keeps its fingerprint and stays hidden; a new one, or an old line rewritten, is reported.
 
+A finding that stands for several lines (grouping.py: the reads of one step) is in the baseline
+with each of its lines, and `--baseline` hides it only while every line it reports is there: a read
+added to a step that had reads is new code that syncs, and the gate reports the step's finding (whose
+own fingerprint, SARIF's, has not changed: fingerprint.py).
+
 The file is a JSON object: `loopaudit_baseline` (the format's version), `written_by`, and `findings`,
-a list of objects whose `fingerprint` is what `--baseline` reads; their `code`, `filename`, `line`
+a list of objects whose `fingerprint` is what `--baseline` reads, with `related`, the other lines of a
+grouped finding (each a `fingerprint` read too, and its `line`); their `code`, `filename`, `line`
 and `message` are for people reading the file. Anything else is not a baseline, and says so.
 """
 
@@ -19,7 +25,7 @@ from pathlib import Path
 from . import __version__
 from .atomic import write_atomically
 from .finding import Finding
-from .fingerprint import fingerprints
+from .fingerprint import line_fingerprints
 from .reporting.safe_text import json_ready
 
 FORMAT_VERSION = 1
@@ -32,10 +38,12 @@ class BaselineError(Exception):
 
 def write(path: Path, findings: Sequence[Finding]) -> None:
     """Atomically: a crash half-way must not leave a truncated baseline behind."""
-    entries = [
-        {"fingerprint": fingerprint, "code": f.code, "filename": f.filename, "line": f.location.row, "message": f.message}
-        for f, fingerprint in zip(findings, fingerprints(findings))
-    ]
+    entries = []
+    for f, (fingerprint, *others) in zip(findings, line_fingerprints(findings)):
+        entry = {"fingerprint": fingerprint, "code": f.code, "filename": f.filename, "line": f.location.row, "message": f.message}
+        if others:
+            entry["related"] = [{"fingerprint": other, "line": place.location.row} for other, place in zip(others, f.related)]
+        entries.append(entry)
     document = {"loopaudit_baseline": FORMAT_VERSION, "written_by": f"loopaudit {__version__}", "findings": entries}
     folder = path.resolve().parent
     if not folder.is_dir():
@@ -60,7 +68,9 @@ def load(path: Path) -> frozenset[str]:
     problem = _shape_problem(document)
     if problem is not None:
         raise BaselineError(f"--baseline: {path} is not a loopaudit baseline (version {FORMAT_VERSION}): {problem}")
-    return frozenset(entry["fingerprint"] for entry in document["findings"])
+    return frozenset(
+        fingerprinted["fingerprint"] for entry in document["findings"] for fingerprinted in (entry, *entry.get("related", ()))
+    )
 
 
 def _shape_problem(document: object) -> str | None:
@@ -73,11 +83,22 @@ def _shape_problem(document: object) -> str | None:
     if not isinstance(document.get("findings"), list):
         return "`findings` is not a list"
     for number, entry in enumerate(document["findings"]):
-        fingerprint = entry.get("fingerprint") if isinstance(entry, dict) else None
-        if not isinstance(fingerprint, str) or not _FINGERPRINT.fullmatch(fingerprint):
+        if not _fingerprinted(entry):
             return f"findings[{number}] has no `fingerprint` of 32 hexadecimal digits"
+        related = entry.get("related", [])
+        if not isinstance(related, list):
+            return f"findings[{number}].related is not a list"
+        for place, other in enumerate(related):
+            if not _fingerprinted(other):
+                return f"findings[{number}].related[{place}] has no `fingerprint` of 32 hexadecimal digits"
     return None
 
 
+def _fingerprinted(entry: object) -> bool:
+    fingerprint = entry.get("fingerprint") if isinstance(entry, dict) else None
+    return isinstance(fingerprint, str) and _FINGERPRINT.fullmatch(fingerprint) is not None
+
+
 def new_findings(findings: Sequence[Finding], known: frozenset[str]) -> list[Finding]:
-    return [f for f, fingerprint in zip(findings, fingerprints(findings)) if fingerprint not in known]
+    """The findings with a line the baseline does not hold (a grouped finding is new when any is)."""
+    return [f for f, lines in zip(findings, line_fingerprints(findings)) if not known.issuperset(lines)]

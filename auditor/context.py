@@ -9,6 +9,7 @@ import libcst as cst
 from .analysis.module_index import Frame, ModuleIndex, Scope
 from .analysis.stepmodel import StepModel
 from .analysis.tensors import Kind, TensorInference
+from .analysis.walk import parent_map
 
 T = TypeVar("T")
 
@@ -30,6 +31,22 @@ class RuleContext:
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]  # type: ignore[return-value]
+
+    def one_pass(self, node: cst.CSTNode) -> tuple:
+        """A key for the code `node` may run together with: its loop or function body (Frame.body), and
+        the `else`/`elif` arms it sits in within that body. The `if` and `else` arms of one statement
+        never run in the same pass (`if num_gpus > 1: reduce(loss).item()` / `else: loss.item()` is one
+        read per step, not two): keying by the `else` arms alone keeps them apart, while an `if` arm
+        shares its key with the code around the statement, which runs with it."""
+        body = self.frame.body()
+        parents = self.memoized("parents", lambda: parent_map(self.index.module))
+        arms = []
+        child, parent = node, parents.get(node)
+        while parent is not None and child is not body.node:
+            if isinstance(parent, cst.If) and child is parent.orelse:
+                arms.append(id(parent))
+            child, parent = parent, parents.get(parent)
+        return body, tuple(arms)
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         """`T.cuda.synchronize` -> "torch.cuda.synchronize" when `import torch as T`."""

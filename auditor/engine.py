@@ -32,9 +32,10 @@ from .plain_data import from_plain, to_plain
 from .positions import Positions, print_rewritten, source_lines
 from .python_check import Refusal, python_refusal, too_complex_for_python
 from .form_feeds import without_leading_form_feeds
+from .grouping import one_finding_per_problem
 from .analysis.project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, TextFacts, derive_facts, marked_folders, summarize
 from .prefilter import may_contain_findings
-from .rule import Fix, Report, Rule
+from .rule import Fix, Group, Report, Rule
 from .analysis.stepmodel import StepModel, StepReason
 from .suppression import is_suppressed, suppressions
 from .analysis.tensors import TensorInference
@@ -178,13 +179,14 @@ def _restore_form_feeds(analysis: FileAnalysis, text: str, shifted: dict[int, in
     def placed(location: Location) -> Location:
         return Location(location.row, location.column + shifted.get(location.row, 0))
 
-    findings = [
-        replace(
-            finding, location=placed(finding.location), end_location=placed(finding.end_location), fix=None,
-            source_line=lines[finding.location.row - 1] if finding.location.row <= len(lines) else None,
+    def in_text(where):  # a finding or one of its related places
+        row = where.location.row
+        return replace(
+            where, location=placed(where.location), end_location=placed(where.end_location),
+            source_line=lines[row - 1] if row <= len(lines) else None,
         )
-        for finding in analysis.findings
-    ]
+
+    findings = [replace(in_text(f), fix=None, related=tuple(map(in_text, f.related))) for f in analysis.findings]
     return FileAnalysis(findings, analysis.summary)
 
 
@@ -378,7 +380,8 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
     starts = positions.line_starts
     lines = source_lines(text)
     suppressed = suppressions(text)
-    findings: dict[tuple[str, int], Finding] = {}
+    # One per rule and line, with the group it is part of; suppressed line by line, then grouped.
+    findings: dict[tuple[str, int], tuple[Finding, Group | None]] = {}
     for rule_class, report, reason in raw:
         span = positions[report.node]
         row = span.start.line
@@ -392,12 +395,12 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
             location=Location(row, span.start.column + 1),
             end_location=Location(span.end.line, span.end.column + 1),
             context=_describe(reason, positions.line_of, module) if reason else None,
-            suggestion=rule_class.suggestion,
+            suggestion=report.suggestion or rule_class.suggestion,
             source_line=lines[row - 1] if row - 1 < len(lines) else None,
             url=rule_url(rule_class.code, rule_class.name),
             fix=_fix_info(report.fix, module, text, starts, positions) if report.fix else None,
-        )
-    return sorted(findings.values(), key=Finding.sort_key)
+        ), report.group
+    return sorted(one_finding_per_problem(findings.values()), key=Finding.sort_key)
 
 
 def _describe(reason: StepReason, line_of, module: cst.Module, file: str | None = None) -> str:

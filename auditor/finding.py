@@ -1,4 +1,5 @@
-"""What a scan reports: one finding per rule, file and line."""
+"""What a scan reports: one finding per rule, file and line, or per problem that spans several lines
+(rule.Group: the finding's `related` places)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,19 @@ class FixInfo:
 
 
 @dataclass(frozen=True)
+class Related:
+    """Another place of a finding's one problem: "another read in this step" (rule.Group)."""
+
+    location: Location
+    end_location: Location
+    message: str
+    source_line: str | None = None  # shown by the full format, as the finding's own
+
+    def to_json(self) -> dict:
+        return {"location": asdict(self.location), "end_location": asdict(self.end_location), "message": self.message}
+
+
+@dataclass(frozen=True)
 class Finding:
     code: str
     message: str
@@ -65,9 +79,16 @@ class Finding:
     observed: dict | None = None
     details: dict | None = None
     fix: FixInfo | None = None  # an automatic rewrite, for --fix (safe) or --unsafe-fixes
+    # The other lines of the same problem, in line order (rule.Group); the finding is at the first.
+    related: tuple[Related, ...] = ()
 
     def sort_key(self) -> tuple:
         return (self.filename, self.location, self.code)
+
+    def rows(self) -> frozenset[int]:
+        """Every line the finding is about: its span and its related places' spans."""
+        spans = [(self.location, self.end_location), *((r.location, r.end_location) for r in self.related)]
+        return frozenset(row for start, end in spans for row in range(start.row, end.row + 1))
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -76,4 +97,8 @@ class Finding:
         for key in ("observed", "details"):
             if data[key] is None:
                 data.pop(key)  # `loopaudit scan`'s JSON keeps ruff's shape
+        if self.related:  # only a grouped finding has the key
+            data["related"] = [place.to_json() for place in self.related]
+        else:
+            data.pop("related")
         return data

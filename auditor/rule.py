@@ -7,7 +7,7 @@ that targets CUDA (unless the rule says it does not need either). `check` yields
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -31,10 +31,28 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Group:
+    """Reports that are one problem, fixed together: the `.item()` reads of one step (stack them and
+    read once), the uses of one boolean mask. The engine reports the reports of one rule in one file
+    whose groups have equal keys as one finding, at the earliest line; the other lines become the
+    finding's `related` places, and its message ends with what the group says of them: "...; and 3
+    more reads in this step, lines 58, 61, 64: stack them and read once". A report suppressed on its
+    line (`# noqa`) is dropped before grouping, so it is neither the finding nor one of its lines."""
+
+    key: Hashable  # equal keys are one problem; compared within one file's analysis (a Frame will do)
+    noun: str  # one of the places, in the singular: "read" ("and 3 more reads")
+    where: str  # what the places share: "in this step", "of this mask in this step"
+    advice: str  # how to fix them together: "stack them and read once"
+
+
+@dataclass(frozen=True)
 class Report:
     node: cst.CSTNode
     message: str | None = None  # overrides the rule's message when the trigger deserves naming
+    # A grouped report carries no fix: its finding keeps the first report's fix alone.
     fix: Fix | None = None
+    group: Group | None = None  # None: a problem of its own
+    suggestion: str | None = None  # replaces the rule's `suggestion` when the shape reported calls for other advice
 
 
 class Rule:

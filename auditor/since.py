@@ -68,6 +68,7 @@ def on_changed_lines(findings: Sequence[Finding], changes: dict[str, set[int] | 
         if path not in changes:
             continue
         lines = changes[path]
-        if lines is None or any(row in lines for row in range(finding.location.row, finding.end_location.row + 1)):
+        # A grouped finding is reported when any of its lines changed: a read added to a step shows.
+        if lines is None or not lines.isdisjoint(finding.rows()):
             kept.append(finding)
     return kept

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopaudit.engine import ScanOptions, analyze_text
+from loopaudit.finding import Finding
 from loopaudit.registry import all_rules, select_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,10 +61,15 @@ def run_cli(
     return result
 
 
+def scanned_text(source: str, select: str | None = None) -> list[Finding]:
+    """Every finding in `source`, optionally only of codes starting with `select`."""
+    rules = select_rules([select], None) if select else all_rules()
+    return analyze_text(source, "example.py", ScanOptions(rules=rules))
+
+
 def findings_of(source: str, select: str | None = None) -> list[tuple[int, str]]:
     """(line, code) of every finding in `source`, optionally only codes starting with `select`."""
-    rules = select_rules([select], None) if select else all_rules()
-    return [(f.location.row, f.code) for f in analyze_text(source, "example.py", ScanOptions(rules=rules))]
+    return [(f.location.row, f.code) for f in scanned_text(source, select)]
 
 
 # The real torch.profiler traces captured on GPUs by others (../shared/traces beside the project):

@@ -27,7 +27,19 @@ LEGACY = textwrap.dedent("""\
         print(loss.item())
         total = loss.item()
 """)
+# LEGACY's two reads as findings of their own, as loopaudit reported them before it grouped them.
+LEGACY_LINES = [
+    Finding("LA101", "", "train.py", Location(7, 11), Location(7, 22), source_line="    print(loss.item())"),
+    Finding("LA101", "", "train.py", Location(8, 13), Location(8, 24), source_line="    total = loss.item()"),
+]
+# A read added to the training step: one more line of its one finding (grouping.py).
 NEW_SYNC = "    again = loss.item()\n"
+# A new problem: a sync in another step, on a line identical to one the legacy step has.
+NEW_LOOP = textwrap.dedent("""\
+    for x, y in val_loader:
+        loss = torch.nn.functional.mse_loss(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+        print(loss.item())
+""")
 
 
 def codes_and_lines(tmp_path: Path, *args: str) -> list[tuple[str, int]]:
@@ -38,8 +50,8 @@ def codes_and_lines(tmp_path: Path, *args: str) -> list[tuple[str, int]]:
 
 def test_a_baseline_hides_old_findings_after_lines_shift_and_shows_new_ones(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(LEGACY)
-    assert codes_and_lines(tmp_path) == [("LA101", 7), ("LA101", 8)]
+    script.write_text(LEGACY + NEW_LOOP)
+    assert codes_and_lines(tmp_path) == [("LA101", 7), ("LA101", 11)]  # the step's two reads are one
     written = run_cli("scan", "train.py", "--write-baseline", "loopaudit-baseline.json", cwd=tmp_path)
     assert written.returncode == 0 and "Wrote a baseline of 2 findings" in written.err
     # A file to commit: the usual permissions, not the temporary file's 0600.
@@ -48,19 +60,55 @@ def test_a_baseline_hides_old_findings_after_lines_shift_and_shows_new_ones(tmp_
     assert stat.S_IMODE(os.stat(tmp_path / "loopaudit-baseline.json").st_mode) == 0o666 & ~umask
     assert codes_and_lines(tmp_path, "--baseline", "loopaudit-baseline.json") == []
     # Unrelated edits move every line down by three: still nothing new.
-    script.write_text('"""Train."""\nimport os\n\n' + LEGACY)
+    script.write_text('"""Train."""\nimport os\n\n' + LEGACY + NEW_LOOP)
     result = run_cli("scan", "train.py", "--baseline", "loopaudit-baseline.json", cwd=tmp_path)
     assert result.returncode == 0 and "not shown: 2 in the baseline" in result.out
-    # A new sync, identical in text to an old one's kind, is reported, and only it.
-    script.write_text('"""Train."""\nimport os\n\n' + LEGACY + NEW_SYNC)
-    assert codes_and_lines(tmp_path, "--baseline", "loopaudit-baseline.json") == [("LA101", 12)]
+    # A new sync in a new step, identical in text to an old one, is reported, and only it.
+    script.write_text('"""Train."""\nimport os\n\n' + LEGACY + NEW_LOOP + NEW_LOOP)
+    assert codes_and_lines(tmp_path, "--baseline", "loopaudit-baseline.json") == [("LA101", 17)]
+
+
+def sarif_fingerprints(tmp_path: Path) -> list[str]:
+    document = json.loads(run_cli("scan", "train.py", "--output-format", "sarif", cwd=tmp_path).out)
+    return [result["partialFingerprints"]["loopaudit/v1"] for result in document["runs"][0]["results"]]
+
+
+def test_a_read_added_to_a_baselined_step_is_new_and_keeps_the_findings_fingerprint(tmp_path):
+    """The baseline holds each line of a grouped finding: a read joining the step's finding is new
+    code that syncs, and the gate shows the finding, with the line. Its own fingerprint, the first
+    line's, stays (code scanning keeps one alert)."""
+    script = tmp_path / "train.py"
+    script.write_text(LEGACY)
+    run_cli("scan", "train.py", "--write-baseline", "base.json", cwd=tmp_path)
+    entry, = json.loads((tmp_path / "base.json").read_text())["findings"]
+    assert entry["line"] == 7 and [place["line"] for place in entry["related"]] == [8]
+    before = sarif_fingerprints(tmp_path)
+    script.write_text(LEGACY + NEW_SYNC)
+    result = run_cli("scan", "train.py", "--baseline", "base.json", "--output-format", "json", cwd=tmp_path)
+    (finding,) = json.loads(result.out)
+    assert result.returncode == 1 and finding["location"]["row"] == 7 and "lines 8, 9" in finding["message"]
+    assert sarif_fingerprints(tmp_path) == before
+    # A read added before the first one moves the finding, and its fingerprint, to it.
+    script.write_text(LEGACY.replace("    print(loss.item())\n", NEW_SYNC + "    print(loss.item())\n"))
+    assert codes_and_lines(tmp_path, "--baseline", "base.json") == [("LA101", 7)]
+    assert sarif_fingerprints(tmp_path) != before
+
+
+def test_a_baseline_written_before_grouping_hides_the_grouped_finding(tmp_path):
+    """A baseline of one entry per line, as loopaudit wrote before it grouped the reads of a step,
+    holds the fingerprints of every line of the grouped finding."""
+    (tmp_path / "train.py").write_text(LEGACY)
+    (tmp_path / "old.json").write_bytes(baseline_of([{"fingerprint": fingerprint} for fingerprint in fingerprints(LEGACY_LINES)]))
+    assert codes_and_lines(tmp_path, "--baseline", "old.json") == []
+    (tmp_path / "half.json").write_bytes(baseline_of([{"fingerprint": fingerprints(LEGACY_LINES)[0]}]))
+    assert codes_and_lines(tmp_path, "--baseline", "half.json") == [("LA101", 7)]
 
 
 def test_identical_lines_are_counted_not_merged(tmp_path):
-    (tmp_path / "train.py").write_text(LEGACY.replace("    total = loss.item()\n", "    print(loss.item())\n"))
+    (tmp_path / "train.py").write_text(LEGACY + NEW_LOOP + NEW_LOOP)
     run_cli("scan", "train.py", "--write-baseline", "base.json", cwd=tmp_path)
-    (tmp_path / "train.py").write_text(LEGACY.replace("    total = loss.item()\n", "    print(loss.item())\n    print(loss.item())\n"))
-    assert codes_and_lines(tmp_path, "--baseline", "base.json") == [("LA101", 9)]
+    (tmp_path / "train.py").write_text(LEGACY + NEW_LOOP + NEW_LOOP + NEW_LOOP)
+    assert codes_and_lines(tmp_path, "--baseline", "base.json") == [("LA101", 17)]
 
 
 @pytest.mark.parametrize(
@@ -115,12 +163,14 @@ def baseline_of(findings: object, version: object = 1) -> bytes:
         (baseline_of([{"fingerprint": ["5e2dd45f9c15a168806f3cddd900b831"]}]), "findings[0] has no `fingerprint`"),
         (baseline_of([{"fingerprint": "5e2dd45f"}]), "findings[0] has no `fingerprint`"),
         (baseline_of([{"fingerprint": "\udcff" * 32}]), "findings[0] has no `fingerprint`"),
+        (baseline_of([{**VALID_ENTRY, "related": {"line": 8}}]), "findings[0].related is not a list"),
+        (baseline_of([{**VALID_ENTRY, "related": [{"line": 8}]}]), "findings[0].related[0] has no `fingerprint`"),
     ],
     ids=[
         "nested-arrays", "nested-in-object", "not-utf-8", "5000-digit-version", "trailing-data", "a-list", "a-string",
         "null", "version-true", "version-float", "version-string", "version-2", "findings-object", "findings-null",
         "entry-number", "entry-list", "no-fingerprint", "fingerprint-null", "fingerprint-number", "fingerprint-list",
-        "fingerprint-short", "fingerprint-surrogates",
+        "fingerprint-short", "fingerprint-surrogates", "related-object", "related-without-fingerprint",
     ],
 )
 def test_a_malformed_baseline_is_not_a_baseline_and_says_why(tmp_path, content, message):
@@ -132,10 +182,10 @@ def test_a_malformed_baseline_is_not_a_baseline_and_says_why(tmp_path, content, 
 
 
 def test_a_baseline_needs_no_more_than_its_fingerprints(tmp_path):
-    (tmp_path / "train.py").write_text(LEGACY)
-    (fingerprint,) = fingerprints([Finding("LA101", "", "train.py", Location(7, 11), Location(7, 22), source_line="    print(loss.item())")])
-    (tmp_path / "other.json").write_bytes(baseline_of([{"fingerprint": fingerprint}, {"fingerprint": "0" * 32}]))
-    assert codes_and_lines(tmp_path, "--baseline", "other.json") == [("LA101", 8)]
+    (tmp_path / "train.py").write_text(LEGACY + NEW_LOOP)
+    step = fingerprints(LEGACY_LINES)
+    (tmp_path / "other.json").write_bytes(baseline_of([*({"fingerprint": f} for f in step), {"fingerprint": "0" * 32}]))
+    assert codes_and_lines(tmp_path, "--baseline", "other.json") == [("LA101", 11)]
 
 
 def test_fingerprints_of_utf_8_names_are_those_baselines_were_written_with():
@@ -161,12 +211,15 @@ def test_since_reports_only_findings_on_changed_lines(tmp_path):
     git("init", "-q", "-b", "main", cwd=tmp_path)
     git("add", "train.py", cwd=tmp_path)
     git("commit", "-q", "-m", "legacy", cwd=tmp_path)
-    (tmp_path / "train.py").write_text("import os\n" + LEGACY + NEW_SYNC)
-    assert codes_and_lines(tmp_path, "--since", "HEAD") == [("LA101", 10)]
+    (tmp_path / "train.py").write_text("import os\n" + LEGACY + NEW_LOOP)
+    assert codes_and_lines(tmp_path, "--since", "HEAD") == [("LA101", 12)]
     # A file git does not track yet is new in every line.
     (tmp_path / "other.py").write_text(LEGACY)
     result = run_cli("scan", "train.py", "other.py", "--since", "HEAD", "--output-format", "concise", cwd=tmp_path)
-    assert [line.split()[0] for line in result.out.splitlines() if " LA" in line] == ["other.py:7:11:", "other.py:8:13:", "train.py:10:13:"]
+    assert [line.split()[0] for line in result.out.splitlines() if " LA" in line] == ["other.py:7:11:", "train.py:12:11:"]
+    # A read added to an old step is one of a grouped finding's lines: the finding is shown, at its first.
+    (tmp_path / "train.py").write_text("import os\n" + LEGACY + NEW_SYNC)
+    assert codes_and_lines(tmp_path, "--since", "HEAD") == [("LA101", 8)]
 
 
 def test_since_errors(tmp_path):

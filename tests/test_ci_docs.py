@@ -43,8 +43,9 @@ def git(*args: str, cwd: Path) -> None:
 
 @pytest.fixture
 def pull_request(tmp_path) -> Path:
-    """A repository with a legacy script (syncs at lines 7 and 8) and its committed baseline on
-    `main`, checked out on a branch that adds one more per-step sync (line 9); `origin/main` points at the base, as after a fetch."""
+    """A repository with a legacy script (syncs at lines 7 and 8, one finding: the reads of one step)
+    and its committed baseline on `main`, checked out on a branch that adds one more per-step sync
+    (line 9, a third read of the step's finding); `origin/main` points at the base, as after a fetch."""
     (tmp_path / "train.py").write_text(LEGACY)
     git("init", "-q", "-b", "main", cwd=tmp_path)
     subprocess.run([shell_path("loopaudit"), "scan", "--write-baseline", "loopaudit-baseline.json"], cwd=tmp_path, check=True, capture_output=True)
@@ -76,13 +77,15 @@ def test_github_workflow_commands(pull_request):
     annotated = run(annotate, pull_request)
     assert annotated.returncode == 0, annotated.stderr
     assert annotated.stdout.splitlines() == [line for line in annotated.stdout.splitlines() if line.startswith("::warning")]
-    assert len(annotated.stdout.splitlines()) == 1 and "line=9" in annotated.stdout  # only the new line
+    # The step's finding, for the line the branch added to it (and named in the message).
+    assert len(annotated.stdout.splitlines()) == 1 and "line=7" in annotated.stdout and "lines 8, 9" in annotated.stdout
     assert run(sarif, pull_request).returncode == 0
     log = json.loads((pull_request / "loopaudit.sarif").read_text())
     sarif_validator().validate(log)  # URI formats checked too
-    assert len(log["runs"][0]["results"]) == 3
+    (result,) = log["runs"][0]["results"]
+    assert [place["physicalLocation"]["region"]["startLine"] for place in result["relatedLocations"]] == [8, 9]
     failed = run(gate, pull_request)
-    assert failed.returncode == 1 and "train.py:9:" in failed.stdout and "train.py:8:" not in failed.stdout
+    assert failed.returncode == 1 and "train.py:7:" in failed.stdout and "lines 8, 9" in failed.stdout
     git("checkout", "-q", "main", cwd=pull_request)
     assert run(gate, pull_request).returncode == 0
 
@@ -91,9 +94,11 @@ def test_gitlab_job_commands(pull_request):
     quality, junit, gate = gitlab_commands()
     assert run(quality, pull_request).returncode == 0
     report = json.loads((pull_request / "gl-code-quality-report.json").read_text())
-    assert [issue["location"]["lines"]["begin"] for issue in report] == [7, 8, 9]
+    assert [issue["location"]["lines"]["begin"] for issue in report] == [7]
+    assert "lines 8, 9" in report[0]["description"]
     assert run(junit, pull_request).returncode == 0
-    assert len(ElementTree.parse(pull_request / "loopaudit-junit.xml").getroot().findall(".//failure")) == 3
+    (failure,) = ElementTree.parse(pull_request / "loopaudit-junit.xml").getroot().findall(".//failure")
+    assert "lines 8, 9" in failure.get("message")
     assert run(gate, pull_request).returncode == 1
     since = run(gate.replace("--baseline loopaudit-baseline.json", '--since "origin/main"'), pull_request)
-    assert since.returncode == 1 and "train.py:9:" in since.stdout and "train.py:8:" not in since.stdout
+    assert since.returncode == 1 and "train.py:7:" in since.stdout and "lines 8, 9" in since.stdout

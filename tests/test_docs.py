@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from loopaudit.docs import rules_document, rules_table
 
 from .conftest import REPO, run_cli
@@ -24,9 +26,10 @@ def test_readme_rule_table_lists_every_rule():
     assert table == rules_table()
 
 
-def test_readme_sample_output_is_what_the_command_prints():
-    sample = README.split("$ loopaudit scan fixtures/mnist_cuda.py\n")[1].split("```")[0].rstrip("\n")
-    result = run_cli("scan", "fixtures/mnist_cuda.py", cwd=REPO)
+@pytest.mark.parametrize("command", ["loopaudit scan fixtures/mnist_cuda.py", "loopaudit scan --select LA101 fixtures/mnist_cuda.py"])
+def test_readme_sample_output_is_what_the_command_prints(command):
+    sample = README.split(f"$ {command}\n")[1].split("```")[0].rstrip("\n")
+    result = run_cli(*command.split()[1:], cwd=REPO)
     assert result.out.startswith(sample + "\n")
 
 

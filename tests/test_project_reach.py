@@ -424,6 +424,8 @@ CASES = {
                         print(flow.sum().item())
                     if opt.debug > 0:
                         show(flow.cpu())
+                    if args.debug_loss and "name" in image_info:
+                        print(flow.mean().item())
         """,
         "main.py": """
             import torch

@@ -1,7 +1,9 @@
 """Every rule's own VALID and INVALID examples, run as tests (as Fixit does with its rules).
 
-An INVALID example marks each line that must be reported with `# expect: CODE`; a VALID example must
-produce no finding of its rule. Adding a rule file adds its examples here with no further wiring.
+An INVALID example marks each line that must be reported with `# expect: CODE`, and each line that a
+finding names as one more place of its problem (its related lines: the other reads of a step) with
+`# related: CODE`; a VALID example must produce no finding of its rule. Adding a rule file adds its
+examples here with no further wiring.
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ import pytest
 from loopaudit.registry import all_rules
 from loopaudit.rule import FileRule, RuntimeRule
 
-from .conftest import findings_of
+from .conftest import findings_of, scanned_text
 
 # Rules that read source; runtime rules' examples are scripts to run (test_runtime_rule_examples.py).
 SOURCE_RULES = [rule for rule in all_rules() if not issubclass(rule, (FileRule, RuntimeRule))]
 EXPECT = re.compile(r"#\s*expect:\s*(LA\d+(?:\s*,\s*LA\d+)*)")
+RELATED = re.compile(r"#\s*related:\s*(LA\d+(?:\s*,\s*LA\d+)*)")
 
 
-def expected_findings(example: str, code: str) -> list[tuple[int, str]]:
+def expected_findings(example: str, code: str, marker: re.Pattern = EXPECT) -> list[tuple[int, str]]:
     expected = []
     for row, line in enumerate(example.splitlines(), 1):
-        match = EXPECT.search(line)
+        match = marker.search(line)
         if match:
             expected.extend((row, c.strip()) for c in match.group(1).split(",") if c.strip() == code)
     return expected
@@ -46,7 +49,10 @@ def test_valid_example_has_no_finding(rule, example):
 def test_invalid_example_reports_exactly_the_marked_lines(rule, example):
     expected = expected_findings(example, rule.code)
     assert expected, "an INVALID example must mark at least one line with `# expect: CODE`"
-    assert [f for f in findings_of(example) if f[1] == rule.code] == expected
+    found = [f for f in scanned_text(example) if f.code == rule.code]
+    assert [(f.location.row, f.code) for f in found] == expected
+    related = sorted((place.location.row, f.code) for f in found for place in f.related)
+    assert related == expected_findings(example, rule.code, RELATED)
 
 
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.code)

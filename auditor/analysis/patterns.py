@@ -169,13 +169,16 @@ def is_rare_branch(body: cst.BaseSuite, in_loop: bool = True) -> bool:
 
 
 # Flags that switch on debugging output: code under them does not run in a normal training run.
-_DEBUG_FLAG = re.compile(r"(?i)^(debug|debugging|debug_mode|verbose|vis|visualize|visualise|visualization|plot|show|display)$")
+_DEBUG_FLAG = re.compile(r"(?i)^(debug|debugging|debug_\w+|verbose|vis|visualize|visualise|visualization|plot|show|display)$")
 
 
 def is_debug_test(test: cst.BaseExpression) -> bool:
     """`if args.debug:`, `if opt.debug > 0:`, `if self.verbose:`, `if vis:`: a branch taken only when
     the user asks for debugging output (issue 23 chose: not per-step, so not reported). A test that
-    mixes in anything else (`if debug or step % 10 == 0`) is not one."""
+    mixes in anything else (`if debug or step % 10 == 0`) is not one; one that narrows a debug flag
+    (`if args.debug_loss and "filenames" in batch`) still is."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return is_debug_test(test.left) or is_debug_test(test.right)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         test = test.left
     if isinstance(test, (cst.Name, cst.Attribute)):

@@ -116,12 +116,8 @@ class RunAudit:
     sites: list[SiteView]
 
 
-def _spans(finding: Finding) -> range:
-    return range(finding.location.row, finding.end_location.row + 1)
-
-
 def _static_codes_at(static: Sequence[Finding], filename: str, line: int) -> list[str]:
-    return sorted({f.code for f in static if f.filename == filename and line in _spans(f)})
+    return sorted({f.code for f in static if f.filename == filename and line in f.rows()})
 
 
 def audit_run(evidence: RunEvidence, rules: Iterable[type[RuntimeRule]], static: Sequence[Finding]) -> RunAudit:
@@ -152,7 +148,7 @@ def _check(finding: Finding, measured: Sequence[Finding], cuda: bool) -> StaticC
         return StaticCheck(finding, measurable=False, confirmed=False, unmeasurable_because="no run-time counterpart")
     if not cuda and not rule.confirmable_on_cpu:
         return StaticCheck(finding, measurable=False, confirmed=False, unmeasurable_because="needs a GPU to measure")
-    rows = _spans(finding)
+    rows = finding.rows()  # a sync measured at any read of a grouped finding confirms it
     match = next(
         (m for m in measured if m.code in codes and m.filename == finding.filename and m.location.row in rows),
         None,

@@ -28,13 +28,14 @@ class RunEvidence:
     scan: Sequence[Finding] = ()
 
     def scan_reported(self, code: str, file: str | None, line: int | None) -> bool:
-        """Did `loopaudit scan` report `code` on an expression spanning this line of this file?"""
+        """Did `loopaudit scan` report `code` on an expression spanning this line of this file (or
+        on one of the related places of a grouped finding)?"""
         if file is None or line is None:
             return False
         path = os.path.abspath(file)
         return any(
             finding.code == code and os.path.abspath(finding.filename) == path
-            and finding.location.row <= line <= finding.end_location.row
+            and line in finding.rows()
             for finding in self.scan
         )
 

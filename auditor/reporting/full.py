@@ -1,5 +1,6 @@
-"""The default, for people: each finding with its source line, the span underlined, why it runs per
-step, and what to write instead. Colour comes from rich when the output is a terminal.
+"""The default, for people: each finding with its source line, the span underlined (and so the other
+lines of a grouped finding's problem, each labelled), why it runs per step, and what to write
+instead. Colour comes from rich when the output is a terminal.
 
 Names and code are shown through safe_text.terminal_ready (control characters as their pictures,
 as ruff shows them) and in what the stream's encoding can carry; the underline is measured on the
@@ -14,7 +15,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from ..finding import Finding
+from ..finding import Finding, Related
 from .safe_text import EncodableStream, encodable, terminal_ready
 
 
@@ -45,25 +46,25 @@ def _finding(f: Finding, encoding: str) -> Text:
     def shown(part: str) -> str:
         return encodable(terminal_ready(part), encoding)
 
+    style = "bold red" if f.severity == "error" else "bold yellow"
     text = Text()
     text.append(f"{shown(f.filename)}:{f.location.row}:{f.location.column}", style="bold")
     text.append(": ")
-    text.append(f.code, style="bold red" if f.severity == "error" else "bold yellow")
+    text.append(f.code, style=style)
     text.append(f" {shown(f.message)}\n")
-    gutter = " " * len(str(f.location.row))
+    # The related places are further down the file: the widest line number is the last one's.
+    gutter = " " * len(str(f.related[-1].location.row if f.related else f.location.row))
     if f.source_line is not None:
-        line = f.source_line.expandtabs(4) if "\t" not in f.source_line[: f.location.column] else f.source_line
         text.append(f"{gutter} |\n", style="blue")
-        text.append(f"{f.location.row} | ", style="blue")
-        text.append(f"{shown(line)}\n")
-        start = f.location.column - 1
-        end = f.end_location.column - 1 if f.end_location.row == f.location.row else len(line)
-        # An escaped character (`\xe9` on an ASCII terminal) is wider than one column.
-        start, end = len(shown(line[:start])), len(shown(line[:end]))
-        width = max(1, end - start)
-        text.append(f"{gutter} | ", style="blue")
-        text.append(" " * start + "^" * width, style="bold red" if f.severity == "error" else "bold yellow")
-        text.append(f" {f.code}\n")
+        _snippet(text, f, f.code, gutter, style, shown)
+        previous = f.location.row
+        for place in f.related:
+            if place.source_line is None:
+                continue
+            if place.location.row > previous + 1:
+                text.append(f"{gutter} :\n", style="blue")  # lines left out between the places
+            _snippet(text, place, place.message, gutter, style, shown)
+            previous = place.location.row
         text.append(f"{gutter} |\n", style="blue")
     if f.context:
         text.append(f"{gutter} = ", style="blue")
@@ -78,3 +79,20 @@ def _finding(f: Finding, encoding: str) -> Text:
         text.append("help: ", style="bold cyan")
         text.append(f"{shown(f.suggestion)}\n")
     return text
+
+
+def _snippet(text: Text, where: Finding | Related, label: str, gutter: str, style: str, shown) -> None:
+    """The source line of a finding or of one of its related places, its span underlined and labelled."""
+    source = where.source_line
+    row = where.location.row
+    line = source.expandtabs(4) if "\t" not in source[: where.location.column] else source
+    text.append(f"{row:>{len(gutter)}} | ", style="blue")
+    text.append(f"{shown(line)}\n")
+    start = where.location.column - 1
+    end = where.end_location.column - 1 if where.end_location.row == row else len(line)
+    # An escaped character (`\xe9` on an ASCII terminal) is wider than one column.
+    start, end = len(shown(line[:start])), len(shown(line[:end]))
+    width = max(1, end - start)
+    text.append(f"{gutter} | ", style="blue")
+    text.append(" " * start + "^" * width, style=style)
+    text.append(f" {shown(label)}\n")

@@ -1,5 +1,7 @@
-"""A JSON list shaped like ruff's `--output-format json`, plus `severity`, `context` and `suggestion`.
-Strings are exact, but for the bytes of a file name that is not UTF-8, written `\\xff` (safe_text.py)."""
+"""A JSON list shaped like ruff's `--output-format json`, plus `severity`, `context` and `suggestion`,
+and `related` for a finding that stands for several lines (grouping.py): each one's `location`,
+`end_location` and `message`. Strings are exact, but for the bytes of a file name that is not UTF-8,
+written `\\xff` (safe_text.py)."""
 
 from __future__ import annotations
 

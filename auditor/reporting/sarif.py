@@ -1,5 +1,6 @@
 """SARIF 2.1.0, as GitHub code scanning reads it: one run, the rules that were reported with their
-documentation, one result per finding with its region and a fingerprint that survives line shifts.
+documentation, one result per finding with its region and a fingerprint that survives line shifts,
+and the other lines of a grouped finding's problem as its `relatedLocations`.
 
 Paths are relative to the working directory, marked with `%SRCROOT%` (run the scan from the
 repository root, as the upload action expects). SARIF wants URI references there, not names: each is
@@ -15,7 +16,7 @@ from typing import TextIO
 from urllib.parse import quote_from_bytes
 
 from .. import __version__
-from ..finding import Finding
+from ..finding import Finding, Related
 from ..fingerprint import filename_bytes, fingerprints
 from ..registry import rule_by_code
 from .safe_text import json_ready
@@ -50,33 +51,39 @@ def _rule_descriptor(code: str, url: str | None) -> dict:
     return descriptor
 
 
+def _physical_location(filename: str, where: Finding | Related) -> dict:
+    """Where a finding, or one of its related places, is: the file and the region of its span."""
+    region = {
+        "startLine": where.location.row,
+        "startColumn": where.location.column,
+        "endLine": where.end_location.row,
+        "endColumn": where.end_location.column,
+    }
+    if where.source_line is not None:
+        region["snippet"] = {"text": where.source_line}
+    return {"artifactLocation": {"uri": artifact_uri(filename), "uriBaseId": "%SRCROOT%"}, "region": region}
+
+
 def document(findings: Sequence[Finding]) -> dict:
     codes = sorted({f.code for f in findings})
     index = {code: number for number, code in enumerate(codes)}
     urls = {f.code: f.url for f in findings}
     results = []
     for finding, fingerprint in zip(findings, fingerprints(findings)):
-        region = {
-            "startLine": finding.location.row,
-            "startColumn": finding.location.column,
-            "endLine": finding.end_location.row,
-            "endColumn": finding.end_location.column,
-        }
-        if finding.source_line is not None:
-            region["snippet"] = {"text": finding.source_line}
-        results.append({
+        result = {
             "ruleId": finding.code,
             "ruleIndex": index[finding.code],
             "level": _LEVELS.get(finding.severity, "warning"),
             "message": {"text": finding.message + (f"\nHelp: {finding.suggestion}" if finding.suggestion else "")},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": {"uri": artifact_uri(finding.filename), "uriBaseId": "%SRCROOT%"},
-                    "region": region,
-                },
-            }],
+            "locations": [{"physicalLocation": _physical_location(finding.filename, finding)}],
             "partialFingerprints": {"loopaudit/v1": fingerprint},
-        })
+        }
+        if finding.related:  # the other lines of the same problem (grouping.py), each with what it is
+            result["relatedLocations"] = [
+                {"id": number, "physicalLocation": _physical_location(finding.filename, place), "message": {"text": place.message}}
+                for number, place in enumerate(finding.related, 1)
+            ]
+        results.append(result)
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",

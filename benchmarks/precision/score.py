@@ -13,6 +13,8 @@ project-wide analysis sees exactly that project's modules.
 
 A finding matches a label of the same code within one line (a multi-line statement may be reported
 at its first line and labelled at another). Findings that match an ambiguous label count neither way.
+A finding that stands for several lines (the reads of one step: its `related` places) is scored as
+one finding at each of them, as it was reported before such lines were grouped.
 
     python benchmarks/precision/score.py CORPUS_DIR [CORPUS_DIR ...] [--codes LA2,LA3] [--show]
         [--python PATH]   # score the loopaudit installed for another interpreter (an older version)
@@ -48,6 +50,17 @@ def _findings(folder: Path, python: str) -> list[dict]:
     return findings
 
 
+def reported_lines(findings: list[dict]) -> list[tuple[int, dict]]:
+    """(line, finding) for each line the findings of the JSON output report, in line order: a grouped
+    finding at its own line and at each of its related places', as the findings it groups would be."""
+    places = [
+        (row, finding)
+        for finding in findings
+        for row in (finding["location"]["row"], *(place["location"]["row"] for place in finding.get("related", ())))
+    ]
+    return sorted(places, key=lambda place: place[0])
+
+
 def _family(code: str) -> str:
     return code[:3] + "xx"
 
@@ -57,13 +70,13 @@ def score(folders: list[Path], prefixes: tuple[str, ...], show: bool, python: st
     for folder in folders:
         labels = json.loads((folder / "labels.json").read_text())
         findings = _findings(folder, python)
-        by_file: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        by_file: dict[str, list[dict]] = collections.defaultdict(list)
         for finding in findings:
-            by_file[finding["filename"]].append((finding["code"], finding["location"]["row"]))
+            by_file[finding["filename"]].append(finding)
         for name in sorted(k for k in labels if not k.endswith("#ambiguous")):
             wanted = [(l["code"], l["line"]) for l in labels[name] if l["code"].startswith(prefixes)]
             ambiguous = [(l["code"], l["line"]) for l in labels.get(name + "#ambiguous", [])]
-            found = [f for f in by_file.get(name, []) if f[0].startswith(prefixes)]
+            found = [(f["code"], row) for row, f in reported_lines(by_file.get(name, [])) if f["code"].startswith(prefixes)]
             unmatched = list(wanted)
             for code, row in found:
                 hit = next((w for w in unmatched if w[0] == code and abs(w[1] - row) <= 1), None)

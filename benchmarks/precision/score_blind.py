@@ -14,7 +14,9 @@ may be reported at its first line and labelled at another):
   neither way;
 - a periodic label marks a place that must not be reported as per-step: a finding on it is a false
   positive, like any finding that matches no label;
-- findings of families the file's labeller did not look for (`families`) are not scored.
+- findings of families the file's labeller did not look for (`families`) are not scored;
+- a finding that stands for several lines (its `related` places) scores at each of them, as the
+  findings it groups would (score.reported_lines).
 
     python benchmarks/precision/score_blind.py LABELS.json PROJECTS_DIR [--projects a,b] [--show]
         [--python PATH]
@@ -29,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from score import print_table  # (this script's folder is on the path when it runs)
+from score import print_table, reported_lines  # (this script's folder is on the path when it runs)
 
 # The labelling guide's families, as loopaudit's rule codes. Codes absent here (file errors, the
 # dynamic mode's measurements) have no family and are not scored.
@@ -75,11 +77,10 @@ def score_file(entry: dict, findings: list[dict], counts: dict, show: bool) -> N
     def near(places, family, row):
         return next((p for p in places if p[0] == family and abs(p[1] - row) <= 1), None)
 
-    for finding in findings:
+    for row, finding in reported_lines(findings):
         family = FAMILY_OF_CODE.get(finding["code"])
         if family is None or family not in looked_for:
             continue
-        row = finding["location"]["row"]
         hit = near(unmatched, family, row)
         if hit is not None:
             unmatched.remove(hit)

@@ -183,10 +183,11 @@ def enclosing_function_name(loop: LoopInfo) -> str:
 _DEVICE_NAME_HINTS = ("device", "dev", "gpu", "rank", "cuda")
 
 
-def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
-    """Does `expr` name a (non-CPU) device: "cuda", "cuda:0", f"cuda:{rank}", torch.device("cuda"),
-    `device`, `args.device`, `self.device`, `x.device`, `local_rank`? A dtype (`torch.float16`) or a
-    tensor (`.to(other)`) is not."""
+def device_literal(expr: cst.BaseExpression, ctx) -> bool | None:
+    """Whether a literal or a device constructor names a CUDA device: True for "cuda", "cuda:0",
+    f"cuda:{rank}", `torch.device("cuda")`, `torch.device(args.device)` (a device we cannot read, not
+    "cpu"), `torch.cuda.current_device()`; False for "cpu", `torch.device("cpu")`, other strings;
+    None for any other expression."""
     if isinstance(expr, cst.SimpleString):
         text = expr.evaluated_value
         return isinstance(text, str) and text.startswith("cuda")
@@ -195,13 +196,23 @@ def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool
     if isinstance(expr, cst.Call):
         qualified = ctx.qualified_name(expr.func) or ""
         if qualified == "torch.device":
-            if not expr.args:
-                return False
-            first = expr.args[0].value
-            # torch.device(f"cuda:{rank}"), torch.device(args.device): a device we cannot read, not "cpu"
-            return _is_device_expression(first, ctx, depth) if isinstance(first, cst.SimpleString) else True
+            first = expr.args[0].value if expr.args else None
+            return first is not None and (device_literal(first, ctx) if isinstance(first, cst.SimpleString) else True)
+        if qualified == "torch.cuda.current_device":
+            return True
+    return None
+
+
+def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
+    """Does `expr` name a (non-CPU) device: "cuda", "cuda:0", f"cuda:{rank}", torch.device("cuda"),
+    `device`, `args.device`, `self.device`, `x.device`, `local_rank`? A dtype (`torch.float16`) or a
+    tensor (`.to(other)`) is not."""
+    literal = device_literal(expr, ctx)
+    if literal is not None:
+        return literal
+    if isinstance(expr, cst.Call):
         # `dist_util.dev()` (OpenAI's diffusion code), `get_device()`: a helper that names the device
-        return qualified in ("torch.cuda.current_device",) or terminal_name(expr.func) in _DEVICE_GETTERS
+        return terminal_name(expr.func) in _DEVICE_GETTERS
     if isinstance(expr, cst.Integer):
         return True  # `.to(0)`: CUDA device 0
     name = terminal_name(expr)
@@ -429,10 +440,11 @@ def _is_legacy_conversion(qualified: str, call: cst.Call) -> bool:
     )
 
 
-def _step_data(expr: cst.BaseExpression, ctx) -> bool:
+def _step_data(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
     """Is `expr` computed from the data a step draws: an item of the step loop over a generator, a
     file list or a dataset read by index (stepmodel.walks_data), or rows of a buffer picked by a
-    random index (a replay buffer's `self.state[ind]`, `ind = np.random.randint(0, size, n)`)?"""
+    random index (a replay buffer's `self.state[ind]`, `ind = np.random.randint(0, size, n)`)? Also
+    through names the step's body binds from them (`wav, sr = load_wav(path)`, `wav = wav / peak`)."""
     for node in iter_subtree(expr):
         if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
             index = node.slice[0].slice.value
@@ -442,8 +454,14 @@ def _step_data(expr: cst.BaseExpression, ctx) -> bool:
             continue
         found = ctx.scope.lookup(node.value)
         for binding in found[0] if found else ():
-            if binding.kind == "loop" and binding.loop is not None and ctx.steps.is_step_loop(binding.loop) and (
+            if binding.loop is None or not ctx.steps.is_step_loop(binding.loop):
+                continue
+            if binding.kind == "loop" and (
                 ctx.steps.walks_data(binding.loop) or ctx.steps.is_loader(binding.value, ctx.scope)
+            ):
+                return True
+            if binding.kind in ("value", "element") and depth < 3 and ctx.steps.walks_data(binding.loop) and (
+                _step_data(binding.value, ctx, depth + 1)
             ):
                 return True
     return False
@@ -556,3 +574,60 @@ def _names_prepared(ctx) -> frozenset[str]:
                 names.add(bound[0].split(".")[-1])
     names.discard(None)
     return frozenset(names)
+
+
+# --- Accelerate's batch placement ---------------------------------------------------------------
+
+_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+_LOADER_CONFIGURATIONS = frozenset({
+    "accelerate.utils.DataLoaderConfiguration", "accelerate.utils.dataclasses.DataLoaderConfiguration",
+})
+
+
+def accelerate_placement(call: cst.Call, ctx) -> str | None:
+    """For a loader handed to Accelerate's `accelerator.prepare(...)`, how Accelerate copies its
+    batches to the device: "blocking" (its default, `non_blocking=False`), or "non-blocking" when an
+    `Accelerator` of the module is made with `dataloader_config=DataLoaderConfiguration(non_blocking=True)`.
+    None for a loader that no Accelerator of the module prepares."""
+    accelerators = [c for c in ctx.index.constructor_calls if (ctx.qualified_name(c.func) or "") in _ACCELERATORS]
+    if not accelerators or not _prepared_by_accelerator(call, ctx, accelerators):
+        return None
+    if any(_non_blocking_configuration(accelerator, ctx) for accelerator in accelerators):
+        return "non-blocking"
+    return "blocking"
+
+
+def _prepared_by_accelerator(call: cst.Call, ctx, accelerators: list[cst.Call]) -> bool:
+    """Is the loader (the call, or the name it is bound to) an argument of `<accelerator>.prepare(...)`,
+    where the receiver is bound to `Accelerator(...)` or named like one?"""
+    made = {id(a) for a in accelerators}
+    bound = ctx.index.bound_names.get(id(call))
+    name = bound[0] if bound is not None and "." not in bound[0] else None
+    for site in ctx.index.calls:
+        func = site.call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "prepare"):
+            continue
+        receiver = func.value
+        found = site.scope.lookup(receiver.value) if isinstance(receiver, cst.Name) else None
+        values = [b.value for b in found[0] if b.kind == "value"] if found else []
+        if not (any(id(v) in made for v in values) or "accelerator" in (terminal_name(receiver) or "").lower()):
+            continue
+        for arg in site.call.args:
+            if arg.value is call or (name is not None and isinstance(arg.value, cst.Name) and arg.value.value == name):
+                return True
+    return False
+
+
+def _non_blocking_configuration(accelerator: cst.Call, ctx) -> bool:
+    config = next((a.value for a in accelerator.args if a.keyword is not None and a.keyword.value == "dataloader_config"), None)
+    if isinstance(config, cst.Name):
+        site = ctx.steps.call_site(accelerator)
+        found = (site.scope if site is not None else ctx.index.module_scope).lookup(config.value)
+        values = [b.value for b in found[0] if b.kind == "value"] if found else []
+        config = values[0] if len(values) == 1 else None
+    if not isinstance(config, cst.Call) or (ctx.qualified_name(config.func) or "") not in _LOADER_CONFIGURATIONS:
+        return False
+    return any(
+        a.keyword is not None and a.keyword.value == "non_blocking" and not (isinstance(a.value, cst.Name) and a.value.value == "False")
+        for a in config.args
+    )

@@ -2,9 +2,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from loopaudit.analysis import FrameKind, Kind, terminal_name, unwrap_iterable
 from loopaudit.call_edits import TRUE, with_keyword
 from loopaudit.rule import Fix, Report, Rule
 from ._loaders import is_host_batch, moves_to_device
+from .created_on_host import DTYPE_METHODS, kept_attribute, model_class, register_buffer_advice
+
+# Framework calls that hand a loader back wrapped so that its batches arrive on the device.
+_PREPARE_METHODS = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
 
 _CREATION = frozenset({
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",
@@ -31,7 +36,8 @@ class BlockingBatchCopy(Rule):
     message = "a blocking host-to-device copy of the batch: the CPU waits for the GPU's queue to drain, once per step"
     suggestion = (
         "pin the batches (`DataLoader(..., pin_memory=True)`) and copy them with "
-        "`.to(device, non_blocking=True)` / `.cuda(non_blocking=True)`"
+        "`.to(device, non_blocking=True)` / `.cuda(non_blocking=True)`; convert dtypes after the copy "
+        "(`x.to(device, non_blocking=True).float()`)"
     )
     what_it_flags = (
         "`.to(device)`, `.cuda()` and `.type(torch.cuda.FloatTensor)` of batch data (a tensor that comes from a "
@@ -40,7 +46,14 @@ class BlockingBatchCopy(Rule):
         "such as `{k: v.to(device) for k, v in batch.items()}`, batches drawn with `next(train_iter)`, and "
         "batches converted first (`torch.from_numpy(batch[\"image\"]).to(device)`). Moving the model or a module "
         "(`model.to(device)`), dtype conversions (`.to(torch.float16)`), `.to(\"cpu\")` and moves of "
-        "tensors the script creates itself (LA205) are not flagged."
+        "tensors the script creates itself (LA205) are not flagged, nor are batches of a loader that HF Accelerate "
+        "or Fabric prepared (`accelerator.prepare(...)`, `fabric.setup_dataloaders(...)`, also unpacked under new "
+        "names), which arrive on the device already. Two shapes get their own advice: a dtype conversion right "
+        "before the copy (`x.float().to(device)`, `y.long().cuda()`), which converts on the CPU into a new, "
+        "unpinned tensor, so that the batch is better copied first and converted on the GPU; and, in a method "
+        "of an `nn.Module`, an attribute the model sets in `__init__` and copies every step "
+        "(`self.mean.to(x.device)`), which belongs in a buffer (`self.register_buffer`) that `model.to(device)` "
+        "moves once."
     )
     why_it_costs = (
         "A host-to-device copy without `non_blocking=True` is synchronous: PyTorch issues "
@@ -51,25 +64,35 @@ class BlockingBatchCopy(Rule):
         "`non_blocking=True` the copy is only queued on the stream: kernels that use the batch still run "
         "after it (same stream), and the host goes on launching them. The copy overlaps with the host's "
         "work only when the source is pinned (`pin_memory=True` on the DataLoader); from pageable memory "
-        "CUDA first copies the batch into a staging buffer on the CPU."
+        "CUDA first copies the batch into a staging buffer on the CPU. A dtype conversion before the copy "
+        "(`labels.long()`) runs on the CPU and writes a new tensor in pageable memory: a pinned batch loses its "
+        "pinning, and the host spends the step's time converting. A tensor a model keeps as a plain attribute "
+        "stays in pageable host memory when the model is moved, and is copied again every step."
     )
     example = (
         "for images, labels in train_loader:\n"
-        "    images, labels = images.to(device), labels.to(device)\n"
+        "    images, labels = images.to(device), labels.long().to(device)\n"
         "    loss = criterion(model(images), labels)\n"
     )
     use_instead = (
         "train_loader = DataLoader(train_set, batch_size=256, num_workers=8, pin_memory=True)\n"
         "for images, labels in train_loader:\n"
         "    images = images.to(device, non_blocking=True)\n"
-        "    labels = labels.to(device, non_blocking=True)\n"
+        "    labels = labels.to(device, non_blocking=True).long()  # convert after the copy, on the GPU\n"
         "    loss = criterion(model(images), labels)\n"
     )
     fix_safety = (
         "Fixed by `--fix` (safe): `non_blocking=True` is added (or replaces `non_blocking=False`). "
         "Safe for host-to-device copies on the current stream: later kernels on the same stream wait for "
         "the copy. Not safe to mirror for device-to-host copies, whose result the host must not read "
-        "before a synchronization. Without pinned memory the change is harmless but gains little."
+        "before a synchronization. Without pinned memory the change is harmless but gains little. "
+        "A conversion before the copy (`x.float().to(device)`) is fixed only with `--unsafe-fixes`, by copying "
+        "first and converting after (`x.to(device, non_blocking=True).float()`): the result has the same dtype "
+        "and device, but the conversion runs on the GPU (casts of NaN or out-of-range floats to integers may "
+        "differ from the CPU's), the copy carries the original dtype (twice the bytes for float64 to float32), "
+        "and the GPU holds both tensors for a moment. No fix where the move sets the dtype too "
+        "(`.to(other_tensor)`, `.to(device, dtype)`), nor for an attribute the model keeps (the fix is a buffer, "
+        "which changes what the model holds; `non_blocking=True` from its pageable memory would only hide it)."
     )
     valid = (
         # A grid a helper builds from sizes alone is no batch (RAFT's `coords_grid`).
@@ -121,7 +144,61 @@ class BlockingBatchCopy(Rule):
         "device = 'cuda'\n"
         "fixed_x, _ = next(iter(val_loader))\n"
         "fixed_x = fixed_x.to(device)\n"
-        "model.to(device)\n",
+        "model.to(device)\n",        # HF Accelerate puts the batches of a prepared loader on the device itself: unpacked under new
+        # names, under the same names (the HF examples), and prepared alone.
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "device = accelerator.device\n"
+        "model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_loader)\n"
+        "for epoch in range(3):\n"
+        "    for x, y in train_dl:\n"
+        "        x, y = x.to(device), y.to(device)\n"
+        "        loss = criterion(model(x), y)\n"
+        "        accelerator.backward(loss)\n"
+        "        optimizer.step()\n",
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from torch.utils.data import DataLoader\n"
+        "accelerator = Accelerator()\n"
+        "def main():\n"
+        "    train_dataloader = DataLoader(train_set, batch_size=32, num_workers=4, pin_memory=True)\n"
+        "    eval_dataloader = DataLoader(eval_set, batch_size=64, num_workers=4, pin_memory=True)\n"
+        "    model, optimizer, train_dataloader, eval_dataloader = accelerator.prepare(\n"
+        "        model, optimizer, train_dataloader, eval_dataloader\n"
+        "    )\n"
+        "    for step, batch in enumerate(train_dataloader):\n"
+        "        batch = {k: v.to(accelerator.device) for k, v in batch.items()}\n"
+        "        loss = model(**batch).loss\n"
+        "        accelerator.backward(loss)\n"
+        "        optimizer.step()\n"
+        "    for batch in eval_dataloader:\n"
+        "        logits = model(batch['input_ids'].cuda()).logits\n",
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from torch.utils.data import DataLoader\n"
+        "accelerator = Accelerator()\n"
+        "train_dataloader = DataLoader(train_set, batch_size=32, num_workers=4, pin_memory=True)\n"
+        "train_dataloader = accelerator.prepare(train_dataloader)\n"
+        "model = Net().to(accelerator.device)\n"
+        "for inputs, labels in train_dataloader:\n"
+        "    inputs, labels = inputs.to(accelerator.device), labels.cuda()\n"
+        "    loss = criterion(model(inputs.float()), labels)\n"
+        "    accelerator.backward(loss)\n"
+        "    optimizer.step()\n",
+        # A constant the model registered as a buffer moves with `model.to(device)`: nothing to copy.
+        "import torch\n"
+        "class Normalize(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('mean', torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), persistent=False)\n"
+        "    def forward(self, x):\n"
+        "        return x - self.mean.to(x.device)\n"
+        "model = Normalize().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
     )
     invalid = (
         # Drawn with `next()` from an iterator of any name in a loop that trains, moved to the device a
@@ -225,6 +302,38 @@ class BlockingBatchCopy(Rule):
         "loader = torch.utils.data.DataLoader(dataset, num_workers=4, pin_memory=True)\n"
         "for epoch in range(10):\n"
         "    train_one_epoch(model, optimizer, loader, torch.device('cuda'))\n",
+        # Converted on the host, then copied: the conversion makes a new, unpinned tensor. Fixed (unsafely)
+        # by copying first and converting on the GPU, except where `.to(other)` sets the dtype too.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "device = torch.device('cuda')\n"
+        "loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)\n"
+        "for images, labels, masks, depth in loader:\n"
+        "    images = images.float().to(device)  # expect: LA202\n"
+        "    labels = labels.long().cuda()  # expect: LA202\n"
+        "    masks = masks.half().to(device, non_blocking=False)  # expect: LA202\n"
+        "    out = model(images, masks)\n"
+        "    depth = depth.double().to(out)  # expect: LA202\n"
+        "    loss = criterion(out, labels) + (out - depth).abs().mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # A tensor the model keeps as a plain attribute, on the host, copied every forward (here and in a
+        # method forward calls): a buffer moves once, with the model.
+        "import torch\n"
+        "class Backbone(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)\n"
+        "        self.std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)\n"
+        "    def normalize(self, x):\n"
+        "        return (x - self.mean.to(x.device)) / self.std.cuda()  # expect: LA202\n"
+        "    def forward(self, x):\n"
+        "        return self.body(self.normalize(x))\n"
+        "model = Backbone().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Nothing names CUDA, but `non_blocking=True` only matters with a GPU (yolov5's val.py).
         "import torch\n"
         "@torch.no_grad()\n"
@@ -243,9 +352,83 @@ class BlockingBatchCopy(Rule):
         receiver = moves_to_device(node, ctx)
         if receiver is None or _created_here(receiver, ctx) or not is_host_batch(receiver, ctx):
             return
+        if _iterates_prepared_loader(ctx):
+            return  # the framework's loader hands over batches already on the device
+        cls = model_class(ctx)
+        kept = kept_attribute(receiver, cls, ctx) if cls is not None else None
+        if kept is not None:
+            # `self.mean.to(x.device)`: a tensor the model keeps on the host, copied anew every step.
+            # `non_blocking=True` from its pageable memory would hide the finding and gain little.
+            yield Report(
+                node,
+                f"`{ctx.source(node)}` copies a tensor the model keeps on the host (`self.{kept}`, set in "
+                f"`__init__`) to the GPU with a blocking copy, once per step: "
+                f"{register_buffer_advice(node, ctx, kept)}",
+            )
+            return
+        conversion = _host_conversion(receiver, node)
+        if conversion is not None:
+            yield _converted_first(node, conversion, ctx)
+            return
         yield Report(
             node,
             f"`{ctx.source(node)}` is a blocking host-to-device copy of the batch: the CPU waits for the "
             "GPU's queue to drain, once per step",
             fix=Fix("pass `non_blocking=True`", ((node, with_keyword(node, "non_blocking", TRUE)),)),
         )
+
+
+def _host_conversion(receiver: cst.BaseExpression, move: cst.Call) -> cst.Call | None:
+    """`x.float()` in `x.float().to(device)`: a dtype conversion made on the host right before the copy."""
+    if move.func.attr.value not in ("to", "cuda") or not isinstance(receiver, cst.Call):
+        return None
+    func = receiver.func
+    return receiver if isinstance(func, cst.Attribute) and func.attr.value in DTYPE_METHODS and not receiver.args else None
+
+
+def _converted_first(move: cst.Call, conversion: cst.Call, ctx) -> Report:
+    """`x.float().to(device)` -> `x.to(device, non_blocking=True).float()`: copy the batch as it is
+    (pinned, and often smaller: uint8 images, int32 tokens), convert on the GPU."""
+    method = conversion.func.attr.value
+    converted = f"`.{method}()`" if not conversion.args else f"`.{method}(...)`"
+    message = (
+        f"`{ctx.source(move)}` converts the batch on the host before a blocking copy: {converted} makes a new, "
+        "unpinned host tensor (the CPU converts it, and a pinned batch loses its pinning), then the CPU waits for "
+        "the GPU's queue to drain, once per step: copy first, convert on the GPU"
+    )
+    # The rewrite keeps the result only where the move sets nothing but the device: `.to(other)`
+    # takes the other tensor's dtype too, and `.to(device, dtype)` converts once more.
+    target = [a.value for a in move.args if a.keyword is None or a.keyword.value == "device"]
+    blocking = [a for a in move.args if a.keyword is not None and a.keyword.value == "non_blocking"]
+    if move.func.attr.value == "to" and (
+        len(target) != 1 or len(move.args) != 1 + len(blocking) or ctx.kind(target[0]) in (Kind.TENSOR, Kind.HOST_TENSOR)
+    ):
+        return Report(move, message)
+    copied = with_keyword(move.with_changes(func=move.func.with_changes(value=conversion.func.value)), "non_blocking", TRUE)
+    rewritten = conversion.with_changes(func=conversion.func.with_changes(value=copied))
+    written = ctx.source(rewritten, 60)
+    return Report(
+        move,
+        f"{message} (`{written}`)",
+        fix=Fix(f"copy first, convert after: `{written}`", ((move, rewritten),), safe=False),
+    )
+
+
+def _iterates_prepared_loader(ctx) -> bool:
+    """Is the node in a loop over a loader that `accelerator.prepare(...)` (or Fabric's
+    `setup_dataloaders`) handed back under a new name, `model, opt, train_dl = accelerator.prepare(
+    model, opt, train_loader)`? Its batches arrive on the device."""
+    frame = ctx.frame
+    while frame is not None and frame.kind is not FrameKind.FUNCTION:
+        loop = frame.loop if frame.kind is FrameKind.LOOP else None
+        if loop is not None and isinstance(loop.node, cst.For):
+            for inner in unwrap_iterable(loop.node.iter):
+                found = ctx.scope.lookup(inner.value) if isinstance(inner, cst.Name) else None
+                if found and found[0] and all(
+                    b.kind in ("value", "element") and isinstance(b.value, cst.Call)
+                    and terminal_name(b.value.func) in _PREPARE_METHODS
+                    for b in found[0]
+                ):
+                    return True
+        frame = frame.parent
+    return False

@@ -3,10 +3,12 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.rule import Report, Rule
-from loopaudit.analysis import holds, iter_subtree, Kind
-
+from loopaudit.analysis import holds, iter_subtree, Kind, terminal_name
 
 from ._loaders import LEGACY_CONSTRUCTORS, moves_to_device
+
+# The dtype conversions of a tensor, as methods: `x.float()` makes a new tensor where `x` is.
+DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"})
 
 # Factories that can fill the tensor on the device itself (a kernel, no copy) when given `device=`.
 _FACTORIES = frozenset({
@@ -109,7 +111,7 @@ def _host_made(expr: cst.BaseExpression, ctx, scope, depth: int, assumed: frozen
         return _torch_call_on_host(expr, qualified[6:], ctx, scope, depth, assumed)
     if isinstance(expr.func, cst.Attribute):
         method = expr.func.attr.value
-        if method == "cuda" or (method in ("to", "type") and not _is_dtype_conversion(expr, ctx)):
+        if method == "cuda" or (method in ("to", "type") and not is_dtype_conversion(expr, ctx)):
             return None  # a move (or a conversion we cannot read): what comes out is not the host tensor
         return _host_made(expr.func.value, ctx, scope, depth + 1, assumed)
     if _is_variable_wrapper(expr, ctx) and expr.args:
@@ -170,7 +172,7 @@ def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, as
     return call
 
 
-def _is_dtype_conversion(call: cst.Call, ctx) -> bool:
+def is_dtype_conversion(call: cst.Call, ctx) -> bool:
     """`.to(torch.float16)`, `.to(dtype=torch.long)`, `.type(torch.FloatTensor)`: the tensor stays where it is."""
     if len(call.args) != 1:
         return False
@@ -274,7 +276,8 @@ class CreatedOnHostThenMoved(Rule):
     suggestion = (
         "create it where it is used: `torch.arange(n, device=device)`, `torch.ones(shape, device=x.device)`; "
         "for a constant (`torch.tensor(0.5)`), create it once before the loop or use "
-        "`torch.full((), 0.5, device=device)`"
+        "`torch.full((), 0.5, device=device)`; in a model's `forward`, build a constant once in `__init__` with "
+        "`self.register_buffer(...)`, which `model.to(device)` moves"
     )
     what_it_flags = (
         "In code that runs once per step of a CUDA script, a tensor made by a `torch` factory without "
@@ -289,7 +292,12 @@ class CreatedOnHostThenMoved(Rule):
         "out in the code is a constant too. Not flagged: "
         "factories given `pin_memory=True` (host staging on purpose) or a `generator=` (CPU random "
         "numbers on purpose), `torch.tensor(data)` of data the script computes, and moves with "
-        "`non_blocking=True`."
+        "`non_blocking=True`. The advice fits the shape: in a method of an `nn.Module`, a tensor built from "
+        "constants, module-level names and the model's own settings (`torch.arange(MAX_LEN)`, "
+        "`torch.tril(torch.ones(self.block_size, self.block_size))`; nothing random, nothing from the batch) is the "
+        "same in every forward and belongs in a buffer made once in `__init__` (`self.register_buffer(..., "
+        "persistent=False)`, which keeps checkpoints as they were); a legacy constructor (`torch.LongTensor(n)`), "
+        "which takes no `device=`, is replaced by the factory that makes the same tensor on the device."
     )
     why_it_costs = (
         "The factory allocates and fills the tensor in pageable host memory, then `.to(device)` copies it "
@@ -318,6 +326,20 @@ class CreatedOnHostThenMoved(Rule):
         "(reproducibility across runs on the same setup is kept)."
     )
     valid = (
+        # Built once in `__init__` and registered as a buffer: `model.cuda()` moves it with the model.
+        "import torch\n"
+        "class Decoder(torch.nn.Module):\n"
+        "    def __init__(self, block_size):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('mask', torch.tril(torch.ones(block_size, block_size)), persistent=False)\n"
+        "    def forward(self, x):\n"
+        "        t = x.size(1)\n"
+        "        return self.body(x, self.mask[:t, :t], torch.arange(t, device=x.device))\n"
+        "model = Decoder(256).cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # Filled on the host first, then moved: the host tensor is the point.
         "import torch\n"
         "def make_mask(lengths):\n"
@@ -390,6 +412,27 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # The same tensor in every forward, from constants, module-level names and the model's own
+        # settings (here and in a method forward calls): a buffer, built once in `__init__`.
+        "import torch\n"
+        "from torch import nn\n"
+        "MAX_LEN = 512\n"
+        "class Decoder(nn.Module):\n"
+        "    def __init__(self, block_size):\n"
+        "        super().__init__()\n"
+        "        self.block_size = block_size\n"
+        "    def causal_mask(self):\n"
+        "        return torch.tril(torch.ones(self.block_size, self.block_size)).cuda()  # expect: LA205\n"
+        "    def forward(self, x):\n"
+        "        positions = torch.arange(MAX_LEN).to(x.device)  # expect: LA205\n"
+        "        scale = torch.tensor([0.5, 2.0]).to(x.device)  # expect: LA205\n"
+        "        steps = torch.arange(x.size(1)).to(x.device)  # expect: LA205\n"
+        "        return self.body(x, self.causal_mask(), positions[:x.size(1)], scale, steps)\n"
+        "model = Decoder(256).cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A constant written out as a NumPy array, through the pre-0.4 Variable wrapper (PointNet's STN).
         "import numpy as np\n"
         "import torch\n"
@@ -510,10 +553,162 @@ class CreatedOnHostThenMoved(Rule):
         creation = _host_creation(receiver, ctx) or _named_host_creation(receiver, ctx)
         if creation is None:
             return
-        constant = (ctx.qualified_name(creation.func) or "").rsplit(".", 1)[-1] in _FROM_DATA
-        fix = "create it once, before the loop" if constant else "create it with `device=`"
+        factory = (ctx.qualified_name(creation.func) or "").rsplit(".", 1)[-1]
+        constant = factory in _FROM_DATA or (factory in LEGACY_CONSTRUCTORS and _legacy_constant(creation))
+        move = f"`.{node.func.attr.value}(...)`"
+        if model_class(ctx) is not None and built_from_constants(receiver, ctx, ctx.scope):
+            # The same tensor every forward: a buffer of the model, moved once with it.
+            yield Report(
+                node,
+                f"`{ctx.source(creation.func)}(...)` builds the same tensor on the CPU each time and {move} "
+                f"copies it to the GPU with a blocking copy, once per step: {register_buffer_advice(node, ctx)}",
+            )
+            return
+        if constant:
+            fix = "create it once, before the loop"
+        elif factory in LEGACY_CONSTRUCTORS:
+            fix = _legacy_replacement(creation, factory)
+        else:
+            fix = "create it with `device=`"
         yield Report(
             node,
-            f"`{ctx.source(creation.func)}(...)` builds the tensor on the CPU and `.{node.func.attr.value}(...)` "
+            f"`{ctx.source(creation.func)}(...)` builds the tensor on the CPU and {move} "
             f"copies it to the GPU with a blocking copy, once per step: {fix}",
         )
+
+
+# --- what to write instead ----------------------------------------------------------------------
+
+_LEGACY_DTYPES = {
+    "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16", "BFloat16Tensor": "bfloat16",
+    "LongTensor": "long", "IntTensor": "int32", "ShortTensor": "int16", "CharTensor": "int8", "ByteTensor": "uint8",
+    "BoolTensor": "bool", "Tensor": "float32",
+}
+
+
+def _legacy_constant(call: cst.Call) -> bool:
+    """`torch.FloatTensor([0.5, 0.5])`: values written out, the same every step."""
+    return len(call.args) == 1 and isinstance(call.args[0].value, (cst.List, cst.Tuple)) and _is_constant(call.args[0].value)
+
+
+def _legacy_replacement(call: cst.Call, factory: str) -> str:
+    """The factory that makes what `torch.LongTensor(...)` makes, on the device: the legacy
+    constructors take no `device=` (they build CPU tensors only)."""
+    dtype = f"dtype=torch.{_LEGACY_DTYPES[factory]}, device=..."
+    first = call.args[0].value if len(call.args) == 1 else None
+    if first is not None and _is_fill(first):
+        made = f"torch.full((n,), value, {dtype})"
+    elif first is not None and _is_range(first):
+        made = f"torch.arange(n, {dtype})"
+    else:
+        made = f"torch.zeros(size, {dtype})"
+    return f"`torch.{factory}` cannot take `device=`; create it on the device with `{made}`"
+
+
+def model_class(ctx):
+    """The class of the method the node sits in, when it is a model (an `nn.Module`, a
+    LightningModule): a tensor it makes or moves anew every forward belongs in a buffer."""
+    function = ctx.frame.enclosing_function() if ctx.frame is not None else None
+    cls = function.class_info if function is not None else None
+    return cls if cls is not None and _is_model(cls, ctx, 0) else None
+
+
+def _is_model(cls, ctx, depth: int) -> bool:
+    if ctx.steps.is_torch_module(cls) or ctx.steps.framework_of(cls) == "LightningModule":
+        return True
+    for base in cls.bases:
+        if (ctx.qualified_name(base) or "").startswith("torch.nn."):
+            return True  # `nn.Sequential`, `nn.Linear`: modules too
+        parent = ctx.index.classes.get(terminal_name(base) or "")
+        if parent is not None and parent is not cls and depth < 4 and _is_model(parent, ctx, depth + 1):
+            return True
+    return False
+
+
+def kept_attribute(expr: cst.BaseExpression, cls, ctx) -> str | None:
+    """`x` for `self.x` (or `self.x.float()`) when the model sets `self.x` in `__init__` only: a
+    tensor the model keeps, not data of the step."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and (
+        not expr.args and expr.func.attr.value in DTYPE_METHODS or is_dtype_conversion(expr, ctx)
+    ):
+        expr = expr.func.value
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+        return None
+    name = expr.attr.value
+    bindings = _attribute_bindings(cls, name, ctx, 0)
+    if not bindings or any(b.scope.function is None or b.scope.function.name.value != "__init__" for b in bindings):
+        return None
+    return name
+
+
+def _attribute_bindings(cls, name: str, ctx, depth: int) -> list:
+    """Every `self.name = ...` of the class and of its bases in this module."""
+    found = list(cls.attributes.get(name, ()))
+    for base in cls.bases:
+        parent = ctx.index.classes.get(terminal_name(base) or "")
+        if parent is not None and parent is not cls and depth < 4:
+            found.extend(_attribute_bindings(parent, name, ctx, depth + 1))
+    return found
+
+
+def register_buffer_advice(node: cst.Call, ctx, kept: str | None = None) -> str:
+    """Keep it in a buffer made once in `__init__`: it moves with `model.to(device)`, and a
+    non-persistent one stays out of checkpoints, so that they load as before."""
+    if kept is not None:
+        return (
+            f"register it in `__init__` with `self.register_buffer(\"{kept}\", ..., persistent=False)` instead of "
+            f"`self.{kept} = ...`, so that `model.to(device)` moves it once, with the model"
+        )
+    bound = ctx.index.bound_names.get(id(node))
+    name = bound[0].rsplit(".", 1)[-1] if bound else "name"
+    return (
+        f"build it once in `__init__` as a buffer, `self.register_buffer(\"{name}\", ..., persistent=False)`, "
+        "so that `model.to(device)` moves it once, with the model"
+    )
+
+
+# Calls whose result differs from one call to the next: no buffer can hold them.
+_RANDOM = frozenset({
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli",
+    "multinomial", "poisson", "normal_", "uniform_", "bernoulli_", "random_", "exponential_", "geometric_",
+    "cauchy_", "log_normal_",
+})
+
+
+def built_from_constants(expr: cst.BaseExpression, ctx, scope, depth: int = 0, busy: frozenset = frozenset()) -> bool:
+    """Does `expr` give the same tensor on every call: made from literals, module-level names and the
+    model's own attributes (`self.max_len`), through names bound to such in the function; from no
+    parameter (the batch, its shape), nothing random?"""
+    if depth > 8:
+        return False
+    stack: list[cst.CSTNode] = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and terminal_name(node.func) in _RANDOM:
+            return False
+        if isinstance(node, cst.Attribute):
+            stack.append(node.value)  # `torch.long`, `self.n`: the name it is read from
+        elif isinstance(node, cst.Arg):
+            stack.append(node.value)  # not the keyword
+        elif isinstance(node, cst.Name):
+            if not _constant_name(node.value, ctx, scope, depth, busy):
+                return False
+        else:
+            stack.extend(node.children)
+    return True
+
+
+def _constant_name(name: str, ctx, scope, depth: int, busy: frozenset) -> bool:
+    if name == "self" or name in busy:
+        return True  # the model's own state; a name rebound from itself (`ids = ids.long()`)
+    found = scope.lookup(name)
+    if found is None or found[1].function is None:
+        return True  # module level: an import, a constant, a builtin
+    bindings, owner = found
+    if name in owner.params or not bindings:
+        return False  # what the caller passes: the batch, or something made from it
+    return all(
+        binding.kind in ("value", "element")
+        and built_from_constants(binding.value, ctx, binding.scope, depth + 1, busy | {name})
+        for binding in bindings
+    )

@@ -6,6 +6,7 @@ import libcst as cst
 
 from loopaudit.rule import Report, Rule
 
+from ._datasets import ASSIGNMENTS, dataset_in_memory, dataset_on_device
 from ._loaders import (
     UNKNOWN, command_line_default, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
     remote_step_loops, returned_step_uses, step_loops,
@@ -63,7 +64,12 @@ class TrainingLoaderWithoutWorkers(Rule):
         "`num_workers` is not passed or is 0 (also a command-line option whose declared default is 0). "
         "The loader a LightningModule or LightningDataModule returns from `train_dataloader()` counts. "
         "Values that cannot be read statically (`num_workers=cfg.workers`) are not flagged, nor are "
-        "loaders over a `TensorDataset`, whose samples are slices of tensors already in memory."
+        "loaders over a `TensorDataset`, whose samples are slices of tensors already in memory, or over a "
+        "dataset of the module held in memory the same way: its `__getitem__` only indexes what `__init__` "
+        "prepared (no file opened, read or decoded, no transform applied; calls limited to builtins, "
+        "string and container methods, random choices and tensor conversions), and the `collate_fn`, if "
+        "any, only stacks. Nor are loaders over tensors already on the GPU (`TensorDataset(x.to(device))`, "
+        "items the script replaced with what it encoded on the device), which worker processes cannot use."
     )
     why_it_costs = (
         "With `num_workers=0` (the default) the DataLoader fetches, decodes, augments and collates each "
@@ -120,6 +126,50 @@ class TrainingLoaderWithoutWorkers(Rule):
         "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
+        # A dataset of the script's own, transformed once in __init__: __getitem__ only indexes.
+        "import torch\n"
+        "from PIL import Image\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class DreamBoothDataset(Dataset):\n"
+        "    def __init__(self, paths, prompt, transform):\n"
+        "        self.pixel_values = [transform(Image.open(p).convert('RGB')) for p in paths]\n"
+        "        self.prompt = prompt\n"
+        "    def __len__(self):\n"
+        "        return len(self.pixel_values)\n"
+        "    def __getitem__(self, index):\n"
+        "        example = {}\n"
+        "        example['instance_images'] = self.pixel_values[index % len(self.pixel_values)]\n"
+        "        example['instance_prompt'] = self.prompt\n"
+        "        return example\n"
+        "def collate_fn(examples):\n"
+        "    pixel_values = torch.stack([e['instance_images'] for e in examples])\n"
+        "    return {'pixel_values': pixel_values.to(memory_format=torch.contiguous_format).float()}\n"
+        "train_dataset = DreamBoothDataset(paths, 'a photo', transform)\n"
+        "train_loader = DataLoader(train_dataset, batch_size=4, shuffle=True, collate_fn=collate_fn, pin_memory=True)\n"
+        "for batch in train_loader:\n"
+        "    loss = model(batch['pixel_values'].cuda(non_blocking=True)).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # Items the script replaced with latents it encoded on the GPU: worker processes could not use them.
+        "import torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class LatentDataset(Dataset):\n"
+        "    def __init__(self, clips, captions):\n"
+        "        self.clips, self.captions = clips, captions\n"
+        "    def __len__(self):\n"
+        "        return len(self.clips)\n"
+        "    def __getitem__(self, index):\n"
+        "        return {'latents': self.clips[index], 'caption': self.captions[index]}\n"
+        "train_dataset = LatentDataset(read_clips(root), read_captions(root))\n"
+        "encoded = [None] * len(train_dataset)\n"
+        "for i, clip in enumerate(train_dataset.clips):\n"
+        "    encoded[i] = vae.encode(clip.cuda()).latent_dist\n"
+        "train_dataset.clips = encoded\n"
+        "train_loader = DataLoader(train_dataset, batch_size=2, shuffle=True, collate_fn=sample_latents)\n"
+        "for batch in train_loader:\n"
+        "    loss = model(batch['latents'], batch['caption']).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
     )
     invalid = (
         "import torch\n"
@@ -150,6 +200,26 @@ class TrainingLoaderWithoutWorkers(Rule):
         "    def training_step(self, batch, batch_idx):\n"
         "        return self.loss(batch)\n"
         "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
+        # Prepared in __init__, but __getitem__ still opens and transforms the class images.
+        "import torch\n"
+        "from PIL import Image\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class DreamBoothDataset(Dataset):\n"
+        "    def __init__(self, paths, class_paths, transform):\n"
+        "        self.pixel_values = [transform(Image.open(p)) for p in paths]\n"
+        "        self.class_paths = class_paths\n"
+        "        self.transform = transform\n"
+        "    def __getitem__(self, index):\n"
+        "        example = {'instance_images': self.pixel_values[index % len(self.pixel_values)]}\n"
+        "        class_image = Image.open(self.class_paths[index % len(self.class_paths)])\n"
+        "        example['class_images'] = self.transform(class_image)\n"
+        "        return example\n"
+        "train_dataset = DreamBoothDataset(paths, class_paths, transform)\n"
+        "train_loader = DataLoader(train_dataset, batch_size=4, shuffle=True, pin_memory=True)  # expect: LA203\n"
+        "for batch in train_loader:\n"
+        "    loss = model(batch['instance_images'].cuda(non_blocking=True)).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # The worker count comes from the command line, whose declared default is 0.
         "import argparse\n"
         "import torch\n"
@@ -165,11 +235,12 @@ class TrainingLoaderWithoutWorkers(Rule):
     )
 
     confirmed_by = ("LA602",)
-    node_types = (cst.Call,)
+    # Assignments too: what the dataset helpers read (`train_dataset.videos = latents`), not checked.
+    node_types = (cst.Call, *ASSIGNMENTS)
     needs_step = False
 
     def check(self, node, ctx):
-        if not is_dataloader(node, ctx):
+        if not isinstance(node, cst.Call) or not is_dataloader(node, ctx):
             return
         workers = loader_argument(node, "num_workers", ctx)
         if workers is UNKNOWN:
@@ -182,6 +253,8 @@ class TrainingLoaderWithoutWorkers(Rule):
                 return
         if _in_memory_dataset(node, ctx) or not is_training_loader(node, ctx):
             return
+        if dataset_in_memory(node, ctx) or dataset_on_device(node, ctx):
+            return  # nothing to load, or tensors workers cannot share
         if workers is None:
             what = "without `num_workers`"
         elif isinstance(workers, cst.Integer) or constant(workers, ctx) == 0:

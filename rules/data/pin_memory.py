@@ -5,7 +5,11 @@ import libcst as cst
 from loopaudit.call_edits import TRUE, keyword_value, with_keyword
 from loopaudit.rule import Fix, Report, Rule
 
-from ._loaders import UNKNOWN, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, returned_step_uses, step_loops
+from ._datasets import ASSIGNMENTS, dataset_on_device, yields_python_data
+from ._loaders import (
+    UNKNOWN, accelerate_placement, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops,
+    returned_step_uses, step_loops,
+)
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -15,14 +19,23 @@ class DataLoaderWithoutPinMemory(Rule):
     message = "this DataLoader feeds a CUDA loop from pageable memory: every batch copy is staged and blocks the host"
     suggestion = (
         "pass `pin_memory=True` to the DataLoader, and move batches with `.to(device, non_blocking=True)` "
-        "so the copy overlaps with the GPU's work"
+        "so the copy overlaps with the GPU's work; a loader handed to `accelerator.prepare(...)` also needs "
+        "`Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))` (`accelerate.utils`), "
+        "or Accelerate copies its batches blocking"
     )
     what_it_flags = (
         "A `torch.utils.data.DataLoader(...)` call (or a subclass imported under the name `DataLoader`, "
         "such as PyTorch Geometric's) whose result is iterated by a training or evaluation step loop of a "
         "script that targets CUDA, when `pin_memory` is not passed or is `False`. A value that cannot be "
         "read statically (`pin_memory=args.pin_mem`, `**loader_kwargs`) is not flagged, nor is a loader "
-        "that no step loop of the file iterates (one handed to a Lightning `Trainer`, say)."
+        "that no step loop of the file iterates (one handed to a Lightning `Trainer`, say). Nor is a loader "
+        "with nothing to pin: a dataset of the module whose `__getitem__` returns only Python data "
+        "(strings, numbers, dicts and tuples of them, such as a prompt and its index) with the default "
+        "collate, or a dataset whose tensors are already on the GPU (`TensorDataset(x.to(device))`, items "
+        "the script replaced with what it encoded on the device), where pinning would raise. A loader "
+        "handed to Accelerate's `accelerator.prepare(...)` is copied by Accelerate with "
+        "`non_blocking=False` unless the `Accelerator` is made with "
+        "`dataloader_config=DataLoaderConfiguration(non_blocking=True)`: the finding then says to set both."
     )
     why_it_costs = (
         "Without `pin_memory=True` a DataLoader yields tensors in ordinary pageable host memory. The GPU's "
@@ -81,6 +94,57 @@ class DataLoaderWithoutPinMemory(Rule):
         "loader = DataLoader(train_set, batch_size=64)\n"
         "trainer = L.Trainer(accelerator='cuda')\n"
         "trainer.fit(model, loader)\n",
+        # Nothing to pin: the items are a prompt string and an index (diffusers' PromptDataset).
+        "import argparse\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--class_prompt', type=str, default=None)\n"
+        "args = parser.parse_args()\n"
+        "class PromptDataset(Dataset):\n"
+        "    def __init__(self, prompt, num_samples):\n"
+        "        self.prompt = prompt\n"
+        "        self.num_samples = num_samples\n"
+        "    def __len__(self):\n"
+        "        return self.num_samples\n"
+        "    def __getitem__(self, index):\n"
+        "        example = {}\n"
+        "        example['prompt'] = self.prompt\n"
+        "        example['index'] = index\n"
+        "        return example\n"
+        "pipeline.to('cuda')\n"
+        "loader = DataLoader(PromptDataset(args.class_prompt, 100), batch_size=4)\n"
+        "for example in loader:\n"
+        "    images = pipeline(example['prompt']).images\n",
+        # Already on the GPU: pinning a CUDA tensor raises.
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "device = torch.device('cuda')\n"
+        "rgb = torch.from_numpy(image).to(device)\n"
+        "loader = DataLoader(TensorDataset(torch.stack([rgb] * 10)), batch_size=2)\n"
+        "with torch.no_grad():\n"
+        "    for (batch,) in loader:\n"
+        "        depth = model(batch)\n",
+        # The script replaced the dataset's items with latents it encoded on the device.
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "accelerator = Accelerator()\n"
+        "class VideoDataset(Dataset):\n"
+        "    def __init__(self, videos):\n"
+        "        self.videos = videos\n"
+        "    def __getitem__(self, index):\n"
+        "        return self.videos[index]\n"
+        "def encode(video):\n"
+        "    video = video.to(accelerator.device)\n"
+        "    return vae.encode(video).latent_dist\n"
+        "train_dataset = VideoDataset(load_videos())\n"
+        "train_dataset.videos = [encode(v) for v in train_dataset.videos]\n"
+        "loader = DataLoader(train_dataset, batch_size=2, collate_fn=lambda xs: torch.cat([x.sample() for x in xs]))\n"
+        "for latents in loader:\n"
+        "    loss = model(latents).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
     )
     invalid = (
         "import torch\n"
@@ -112,14 +176,25 @@ class DataLoaderWithoutPinMemory(Rule):
         "    def training_step(self, batch, batch_idx):\n"
         "        return self.loss(batch)\n"
         "L.Trainer(accelerator='gpu').fit(Model(), Data())\n",
+        # Handed to Accelerate, which copies with non_blocking=False unless its DataLoaderConfiguration says otherwise.
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "train_dataloader = torch.utils.data.DataLoader(train_dataset, batch_size=16, num_workers=8)  # expect: LA201\n"
+        "model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)\n"
+        "for batch in train_dataloader:\n"
+        "    loss = model(batch['pixel_values']).mean()\n"
+        "    accelerator.backward(loss)\n"
+        "    optimizer.step()\n",
     )
 
     confirmed_by = ("LA603",)
-    node_types = (cst.Call,)
+    # Assignments too: what the dataset helpers read (`train_dataset.videos = latents`), not checked.
+    node_types = (cst.Call, *ASSIGNMENTS)
     needs_step = False
 
     def check(self, node, ctx):
-        if not is_dataloader(node, ctx):
+        if not isinstance(node, cst.Call) or not is_dataloader(node, ctx):
             return
         pin = loader_argument(node, "pin_memory", ctx)
         if pin is UNKNOWN or (pin is not None and constant(pin, ctx) is not False):
@@ -129,12 +204,31 @@ class DataLoaderWithoutPinMemory(Rule):
             and lightning_loader_role(node, ctx) is None
         ):
             return
+        if yields_python_data(node, ctx) or dataset_on_device(node, ctx):
+            return  # nothing to pin, or tensors that pinning would refuse
         what = "without `pin_memory=True`" if pin is None else "with `pin_memory=False`"
         # Fixable where the keyword is absent or written as a keyword (not the 8th positional).
         fixable = pin is None or keyword_value(node, "pin_memory") is pin
+        placement = accelerate_placement(node, ctx)
+        if placement == "blocking":
+            why = (
+                "`accelerator.prepare` copies each batch to the device with `non_blocking=False` from pageable "
+                "memory: pass `pin_memory=True` and make the Accelerator with "
+                "`dataloader_config=DataLoaderConfiguration(non_blocking=True)` (`accelerate.utils`) so the "
+                "copy overlaps with the GPU's work"
+            )
+        elif placement == "non-blocking":
+            why = (
+                "the Accelerator's `non_blocking=True` copy can only overlap with the GPU's work from pinned "
+                "memory: pass `pin_memory=True`"
+            )
+        else:
+            why = (
+                "every batch is copied from pageable memory through a staging buffer, and the copy cannot "
+                "overlap with the GPU's work"
+            )
         yield Report(
             node,
-            f"`{ctx.source(node.func)}(...)` feeds a CUDA step loop {what}: every batch is copied from "
-            "pageable memory through a staging buffer, and the copy cannot overlap with the GPU's work",
+            f"`{ctx.source(node.func)}(...)` feeds a CUDA step loop {what}: {why}",
             fix=Fix("pass `pin_memory=True`", ((node, with_keyword(node, "pin_memory", TRUE)),)) if fixable else None,
         )

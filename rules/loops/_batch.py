@@ -121,8 +121,11 @@ def _kind(expr: cst.BaseExpression, ctx, scope: Scope) -> Kind:
 
 def tensor_kind(expr: cst.BaseExpression, ctx, scope: Scope | None = None) -> Kind:
     """ctx.kind, also seeing through tuple assignments that the engine leaves unknown:
-    `x, y = x.to(device), y.to(device)` makes `x` whatever `x.to(device)` is."""
+    `x, y = x.to(device), y.to(device)` makes `x` whatever `x.to(device)` is; and knowing that a
+    tokenizer's output without `return_tensors=` is Python lists (`ids = tokenizer.encode(token)`)."""
     scope = ctx.scope if scope is None else scope
+    if tokenizer_output(expr, scope):
+        return Kind.NOT_TENSOR
     kind = ctx.tensors.kind(expr, scope)
     if kind is not Kind.UNKNOWN or not isinstance(expr, cst.Name):
         return kind
@@ -151,6 +154,38 @@ def tensor_kind(expr: cst.BaseExpression, ctx, scope: Scope | None = None) -> Ki
     if Kind.HOST_TENSOR in kinds and all(k in TENSORS for k in kinds):
         return Kind.HOST_TENSOR
     return kind
+
+
+# What a tokenizer gives back as Python lists of token ids (or of tokens) unless told `return_tensors=`.
+_TOKENIZER_METHODS = frozenset({"encode", "convert_tokens_to_ids", "tokenize", "__call__", "encode_plus", "batch_encode_plus"})
+
+
+def tokenizer_output(expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+    """Is `expr` what a tokenizer returns without `return_tensors=`: `tokenizer.encode(text)`,
+    `tokenizer(text).input_ids`, or a name bound only to such? Token ids in a Python list, not a batch."""
+    inner = expr
+    while isinstance(inner, (cst.Attribute, cst.Subscript)):
+        inner = inner.value
+    if isinstance(inner, cst.Call):
+        expr = inner  # `tokenizer(text).input_ids`, `tokenizer(text)["input_ids"]`
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _TOKENIZER_METHODS:
+            receiver = func.value
+        elif isinstance(func, (cst.Name, cst.Attribute)):
+            receiver = func  # `tokenizer(text)`, `self.tokenizer(text)`
+        else:
+            return False
+        return "tokenizer" in (terminal_name(receiver) or "").lower() and not any(
+            arg.star or (arg.keyword is not None and arg.keyword.value == "return_tensors") for arg in expr.args
+        )
+    if isinstance(expr, cst.Name) and depth < 2:
+        found = scope.lookup(expr.value)
+        bindings = found[0] if found else []
+        return bool(bindings) and all(
+            b.kind == "value" and tokenizer_output(b.value, b.scope, depth + 1) for b in bindings
+        )
+    return False
 
 
 def _moves_name(expr: cst.BaseExpression, name: str) -> bool:

@@ -32,6 +32,12 @@ _COMPUTE_METHODS = frozenset({
     "zero_", "fill_", "copy_", "masked_select", "unique", "square", "rsqrt", "reciprocal", "sign",
     "topk", "sort", "argsort", "dot", "item", "tolist", "index_add_", "scatter_", "scatter_add_",
 })
+# Methods of strings that a tensor does not have: what they are called on is text.
+_STRING_ONLY_METHODS = frozenset({
+    "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "replace", "encode", "format",
+    "isdigit", "isalpha", "casefold", "title", "removeprefix", "removesuffix",
+})
+_TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.Power, cst.MatrixMultiply)
 
 
@@ -54,7 +60,10 @@ class PerSampleLoop(Rule):
         "gradient-accumulation loop over micro-batches), loops with a stride (`range(0, n, chunk)`), "
         "recurrences that feed one iteration's result into the next (`h = cell(x[t], h)`), ragged loops "
         "that slice each row to its own length (`x[i, :lengths[i]]`), loops over other dimensions, and "
-        "loops whose body only moves or casts each element (`t.to(device)`). Comprehensions are not checked."
+        "loops whose body only moves or casts each element (`t.to(device)`), loops whose elements the body "
+        "uses as text (`\"loss_for_\" + fname`, `name.endswith(\".png\")`: file names or captions, not "
+        "rows), and loops over a tokenizer's output (`ids = tokenizer.encode(token)`, a Python list unless "
+        "`return_tensors=` is passed). Comprehensions are not checked."
     )
     why_it_costs = (
         "Every tensor operation is dispatched by Python and, on a GPU, launched as its own kernel: several "
@@ -133,6 +142,25 @@ class PerSampleLoop(Rule):
         "        optimizer.step()\n"
         "    for i in range(len(probe)):\n"
         "        print(model(probe[i].cuda()).argmax())\n",
+        # Text, not samples: the batch's file names logged under a debug option, and the ids a
+        # tokenizer gives for one token (a Python list).
+        "import torch\n"
+        "def get_mask(tokenizer, accelerator):\n"
+        "    mask = torch.ones(len(tokenizer)).to(accelerator.device, dtype=torch.bool)\n"
+        "    for token in tokenizer.token_map:\n"
+        "        ids = tokenizer.encode(token, add_special_tokens=False)\n"
+        "        for i in range(len(ids)):\n"
+        "            mask = mask & (torch.arange(len(tokenizer)) != ids[i]).to(accelerator.device)\n"
+        "    return mask\n"
+        "model.cuda()\n"
+        "for step, batch in enumerate(train_dataloader):\n"
+        "    loss = model(batch['pixel_values'].cuda()).mean()\n"
+        "    if args.debug_loss and 'filenames' in batch:\n"
+        "        for fname in batch['filenames']:\n"
+        "            accelerator.log({'loss_for_' + fname: loss}, step=step)\n"
+        "    loss.backward()\n"
+        "    grads = get_mask(tokenizer, accelerator)\n"
+        "    optimizer.step()\n",
     )
     invalid = (
         "import torch\n"
@@ -183,7 +211,7 @@ class PerSampleLoop(Rule):
                 return
             finder = _Elements(ctx, indices=set(), elements=elements)
         finder.propagate(node)
-        if finder.checks_type(node):
+        if finder.checks_type(node) or finder.uses_as_text(node):
             return
         evidence = finder.work(node)
         if evidence is not None:
@@ -273,6 +301,24 @@ class _Elements:
             elif isinstance(node, cst.Call) and terminal_name(node.func) == "isinstance" and node.args:
                 if self.contains_element(node.args[0].value):
                     return True
+        return False
+
+    def uses_as_text(self, loop: cst.For) -> bool:
+        """`"loss_for_" + fname`, `fname.endswith(".png")`: the elements are strings (file names,
+        captions), not the rows of a tensor (adding a string to a tensor raises; `"%f" % x[i]` would
+        format a tensor, so it proves nothing)."""
+        for node in body_nodes(loop):
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+                sides = (node.left, node.right)
+                if any(isinstance(side, _TEXT) for side in sides) and any(
+                    self.is_element(side) for side in sides if not isinstance(side, _TEXT)
+                ):
+                    return True
+            elif (
+                isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in _STRING_ONLY_METHODS and self.is_element(node.func.value)
+            ):
+                return True
         return False
 
     def work(self, loop: cst.For) -> cst.CSTNode | None:

@@ -23,8 +23,9 @@ class LossAccumulatedWithGraph(Rule):
     summary = "A loss accumulated across steps without `.detach()`/`.item()`: every step's graph stays alive."
     message = "accumulating a loss that requires grad keeps every step's autograd graph alive until the accumulator dies"
     suggestion = (
-        "accumulate `loss.detach()` (stays on the device, no sync) or, at a log interval, `loss.item()`; "
-        "append `loss.detach()` to lists"
+        "keep what the step computed without its graph: `total += loss.detach()` (stays on the device, no sync; "
+        "read `total.item()` once per epoch), `losses.append(loss.detach())`; not `loss.item()` every step, "
+        "which waits for the GPU (LA101)"
     )
     what_it_flags = (
         "In a loop that trains (calls `backward()` or `optimizer.step()`), outside `torch.no_grad()`: "
@@ -34,7 +35,10 @@ class LossAccumulatedWithGraph(Rule):
         "that was not detached. Values passed through `.detach()`, `.item()`, `.data`, `float()`, "
         "comparisons or `argmax` are not flagged, nor is an accumulator that is itself backpropagated "
         "(`total.backward()`, `torch.stack(losses).sum().backward()`: gradient accumulation on purpose). "
-        "Any device."
+        "Any device. (`total += loss.item()` and `losses.append(float(loss))` keep no graph, but read the "
+        "loss on the host every step: LA101 and LA103.) The message names the change for its shape: a running "
+        "sum accumulates `loss.detach()` and is read once per epoch; a list appends `.detach()`, and a list "
+        "of losses is reduced on the device once per epoch (`torch.stack(losses).mean()`)."
     )
     why_it_costs = (
         "A tensor that requires grad holds its `grad_fn`, and through it the whole autograd graph that "
@@ -100,6 +104,17 @@ class LossAccumulatedWithGraph(Rule):
         "    loss = sum(losses)\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
+        # A number per step carries no graph: these are per-step syncs (LA103, LA101), not kept graphs.
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "for epoch in range(10):\n"
+        "    epoch_loss, total = [], 0.0\n"
+        "    for x, y in train_loader:\n"
+        "        loss = criterion(model(x.to(device)), y.to(device))\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        epoch_loss.append(float(loss))\n"
+        "        total += loss.item()\n",
         # Evaluation under no_grad records no graph.
         "import torch\n"
         "total = 0.0\n"
@@ -130,7 +145,19 @@ class LossAccumulatedWithGraph(Rule):
         "    loss.backward()\n"
         "    optimizer.step()\n"
         "    train_losses.append(loss)  # expect: LA403\n"
-        "    all_logits.append(out.logits)  # expect: LA403\n",
+        "    all_logits.append(out.logits)  # expect: LA403\n",        # A running difference, and a loss computed straight into the list.
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "model.cuda()\n"
+        "for epoch in range(10):\n"
+        "    reward, step_losses = 0.0, []\n"
+        "    for x, y in train_loader:\n"
+        "        out = model(x.cuda())\n"
+        "        loss = F.cross_entropy(out, y.cuda())\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        reward -= loss  # expect: LA403\n"
+        "        step_losses.append(F.cross_entropy(out, y.cuda()))  # expect: LA403\n",
     )
 
     node_types = (cst.AugAssign, cst.Call)
@@ -155,13 +182,31 @@ class LossAccumulatedWithGraph(Rule):
             return
         if _backpropagated(accumulator, ctx.scope, ctx):
             return
-        what = f"`{accumulator}.append({ctx.source(value, 24)})`" if isinstance(node, cst.Call) else f"`{accumulator} {'+=' if isinstance(node.operator, cst.AddAssign) else '-='} {ctx.source(value, 24)}`"
-        yield Report(
-            node,
-            f"{what} keeps each step's autograd graph alive until `{accumulator}` dies: accumulate "
-            f"`.detach()` or `.item()`",
-            fix=Fix("accumulate `.detach()`", ((value, _detached(value)),), safe=False),
-        )
+        detached = _detached(value)
+        kept = ctx.source(detached, 40)
+        if isinstance(node, cst.Call):
+            # A list keeps each step's tensor, and with it that step's graph.
+            read = f" and reduce the list once per epoch (`torch.stack({accumulator}).mean()`)" if _looks_like_loss(value) else ""
+            message = (
+                f"`{accumulator}.append({ctx.source(value, 24)})` keeps each step's autograd graph alive in "
+                f"`{accumulator}` until the list dies: append `{kept}`{read}"
+            )
+        else:
+            # A running sum chains each step's graph onto the previous ones.
+            operator = "+=" if isinstance(node.operator, cst.AddAssign) else "-="
+            message = (
+                f"`{accumulator} {operator} {ctx.source(value, 24)}` chains each step's autograd graph onto "
+                f"`{accumulator}`, which keeps them all alive until it dies: accumulate `{kept}` (on the "
+                f"device, no sync) and read `{accumulator}` once per epoch"
+            )
+        yield Report(node, message, fix=Fix("accumulate `.detach()`", ((value, detached),), safe=False))
+
+
+def _looks_like_loss(value: cst.BaseExpression) -> bool:
+    """`loss`, `outputs.loss`, `criterion(out, y)`: a scalar per step, which a list of is stacked;
+    not `out.logits`, a batch of outputs."""
+    name = terminal_name(value.func if isinstance(value, cst.Call) else value) or ""
+    return any(word in name.lower() for word in ("loss", "criterion", "entropy", "nll", "mse"))
 
 
 def _detached(value: cst.BaseExpression) -> cst.Call:

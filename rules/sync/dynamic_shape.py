@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.rule import Group, Report, Rule
 from loopaudit.analysis import Kind
 
 _TORCH_FUNCTIONS = {
@@ -39,7 +39,9 @@ class DynamicShapeInStep(Rule):
         "written inline (`logits[labels != -100]`), assigned from one in the same function or returned as one by a "
         "function of the module (`fg_mask, _ = self.in_boxes(...)`), also along another dimension (`x[:, mask]`), or a graph "
         "split mask (`out[data.train_mask]`, `g.ndata[\"val_mask\"]`: boolean in PyG and DGL). Writing "
-        "through a mask (`x[mask] = 0`) is not flagged: PyTorch turns it into a `masked_fill_` without a sync."
+        "through a mask (`x[mask] = 0`) is not flagged: PyTorch turns it into a `masked_fill_` without a sync. "
+        "The uses of one mask in one step (until it is assigned again) are one finding, at the first, naming "
+        "the lines of the others: its indices, found once, serve them all with one sync."
     )
     why_it_costs = (
         "The size of the result is only known once the GPU has evaluated the mask. PyTorch must allocate the "
@@ -108,7 +110,8 @@ class DynamicShapeInStep(Rule):
         "    loss = model(x, idx).sum()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
-        # A mask computed by a helper and returned, and a mask along the second dimension (YOLOX's head).
+        # A mask computed by a helper and returned, and a mask along the second dimension (YOLOX's head);
+        # the uses of one mask in one body are one finding, at the first.
         "import torch\n"
         "class Head(torch.nn.Module):\n"
         "    def in_boxes(self, centers, boxes):\n"
@@ -118,7 +121,7 @@ class DynamicShapeInStep(Rule):
         "    def forward(self, preds, centers, boxes):\n"
         "        fg_mask, inside = self.in_boxes(centers, boxes)\n"
         "        fg = preds[fg_mask]  # expect: LA105\n"
-        "        return inside[:, fg_mask].sum() + fg.sum()  # expect: LA105\n"
+        "        return inside[:, fg_mask].sum() + fg.sum()  # related: LA105\n"
         "head = Head().cuda()\n"
         "for x, centers, boxes in train_loader:\n"
         "    loss = head(model(x.cuda(non_blocking=True)), centers.cuda(non_blocking=True), boxes.cuda(non_blocking=True))\n"
@@ -173,7 +176,11 @@ class DynamicShapeInStep(Rule):
             return
         element = indexes[0]
         if self._is_mask(element.value, ctx, depth=0) and ctx.maybe_tensor(node.value):
-            yield Report(node, f"`{ctx.source(node)}` indexes with a boolean mask: the result's size depends on the data, so the CPU waits for the GPU to count it, once per step")
+            yield Report(
+                node,
+                f"`{ctx.source(node)}` indexes with a boolean mask: the result's size depends on the data, so the CPU waits for the GPU to count it, once per step",
+                group=_uses_of_mask(node, element.value, ctx),
+            )
 
     def _is_mask(self, expr: cst.BaseExpression, ctx, depth: int) -> bool:
         if depth > 5:
@@ -248,6 +255,26 @@ class DynamicShapeInStep(Rule):
             elements = [element.value for element in binding.value.elements]
             return bool(elements) and all(self._is_mask(e, ctx, depth + 1) for e in elements)
         return False
+
+
+def _uses_of_mask(use: cst.CSTNode, mask: cst.BaseExpression, ctx) -> Group:
+    """The uses of one mask in one step body are one problem: each counts the mask again, with a
+    sync, where counting it once (its indices) would do for all of them."""
+    return Group(
+        (ctx.one_pass(use), _mask_identity(mask, ctx)), noun="use", where="of this mask in this step",
+        advice="find its indices once (`idx = mask.nonzero(as_tuple=True)`, then `x[idx]`), one sync for all",
+    )
+
+
+def _mask_identity(mask: cst.BaseExpression, ctx) -> tuple:
+    """Which mask: its code, and for a name the last assignment before the read in the source (a
+    mask assigned again between two uses is two masks)."""
+    code = " ".join(ctx.index.module.code_for_node(mask).split())
+    use = ctx.index.uses.get(id(mask)) if isinstance(mask, cst.Name) else None
+    found = ctx.scope.lookup(mask.value) if use is not None else None
+    if not found:
+        return (code,)
+    return code, max((b for b in found[0] if b.order < use[0]), key=lambda b: b.order, default=None)
 
 
 def _is_whole_slice(element: cst.BaseSlice) -> bool:

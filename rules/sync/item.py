@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from loopaudit.analysis import terminal_name
-from loopaudit.rule import Report, Rule
+from loopaudit.rule import Group, Report, Rule
 
 # `GradScaler.get_scale()` returns `self._scale.item()`, and `state_dict()` calls it: a sync hidden in
 # the scaler (timm's NativeScaler and DeiT/MAE's `loss_scaler.state_dict()["scale"]` go through it).
@@ -27,6 +27,15 @@ def _is_grad_scaler(receiver: cst.BaseExpression, ctx) -> bool:
     return bool(_SCALER_NAME.search(name))
 
 
+def _reads_in_step(node: cst.CSTNode, ctx) -> Group:
+    """The reads of one step body are one problem: each drains the GPU queue, and stacking the values
+    into one tensor read once (or reading them every N steps) fixes them all."""
+    return Group(
+        ctx.one_pass(node), noun="read", where="in this step",
+        advice="stack them (`torch.stack([a, b]).tolist()`) and read once, or read them every N steps",
+    )
+
+
 class ItemInStep(Rule):
     code = "LA101"
     name = "item-in-step"
@@ -43,7 +52,9 @@ class ItemInStep(Rule):
         "and the `.item()` hidden in a gradient scaler: `scaler.get_scale()` and `loss_scaler.state_dict()` "
         "(as DeiT and MAE log `loss_scaler.state_dict()[\"scale\"]` every step). "
         "Calls under a periodic guard (`if step % log_interval == 0:`) and calls on NumPy values are not "
-        "flagged."
+        "flagged. The reads of one step (one loop body or per-step function body) are one finding, at the "
+        "first, naming the lines of the others: they are fixed together, by stacking the values and reading "
+        "them once."
     )
     why_it_costs = (
         "CUDA kernels run asynchronously: the Python loop normally races ahead and queues the next step's "
@@ -172,7 +183,35 @@ class ItemInStep(Rule):
         "        output = model(data.cuda())\n"
         "        pred = output.argmax(dim=1)\n"
         "        correct += (pred == target.cuda()).sum().item()  # expect: LA101\n"
-        "        predictions.extend(pred.tolist())  # expect: LA101\n",
+        "        predictions.extend(pred.tolist())  # related: LA101\n",
+        # The reads of one step are one finding, at the first, the others its related lines; a read in
+        # another body (the loop over the metrics runs its own) is a problem of its own, and a read
+        # suppressed on its line is left out of the group.
+        "import torch\n"
+        "model = model.cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss, metrics = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    meter.update(loss.item())  # noqa: LA101\n"
+        "    for name, value in metrics.items():\n"
+        "        writer.add_scalar(name, value.item())  # expect: LA101\n"
+        "    lr = scheduler.get_last_lr()[0]\n"
+        "    pbar.set_postfix(loss=loss.item(), lr=lr)  # expect: LA101\n"
+        "    if loss.isfinite().item():  # related: LA101\n"
+        "        history.append(metrics['acc'].item())  # related: LA101\n",
+        # Reads in the two arms of one `if` never run in the same step: two problems, not one.
+        "import torch\n"
+        "model = model.cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if num_gpus > 1:\n"
+        "        reduced = reduce_tensor(loss.data, num_gpus).item()  # expect: LA101\n"
+        "    else:\n"
+        "        reduced = loss.item()  # expect: LA101\n"
+        "    print(reduced, loss.grad_fn is None)\n",
         # A progress bar updated every step.
         "import torch\n"
         "from tqdm import tqdm\n"
@@ -204,10 +243,14 @@ class ItemInStep(Rule):
                 node,
                 f"`{ctx.source(node)}` reads the gradient scaler's scale with a hidden `.item()`: the CPU stalls "
                 "until the GPU drains, once per step",
+                group=_reads_in_step(node, ctx),
             )
             return
         receiver = ctx.method_call(node, "item", "tolist")
         if receiver is None or node.args or not ctx.maybe_tensor(receiver):
             return
         what = "tensor" if node.func.attr.value == "tolist" else "value"
-        yield Report(node, f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step")
+        yield Report(
+            node, f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step",
+            group=_reads_in_step(node, ctx),
+        )

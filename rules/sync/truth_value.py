@@ -165,6 +165,13 @@ class TensorTruthValueInStep(Rule):
         if isinstance(node, cst.Call):
             yield from self._conversion(node, ctx)
 
+    # A number read to be kept (`epoch_loss.append(float(loss))`, `total += float(loss)`) is no decision:
+    # the advice is to keep the running value on the device and read it once.
+    _KEEP_ON_DEVICE = (
+        "keep the value on the device (`total += loss.detach()`, or append `loss.detach()` and "
+        "`torch.stack(...)` the list) and read it once, at the log interval or the epoch's end"
+    )
+
     def _conversion(self, node: cst.Call, ctx):
         positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         if not positional:
@@ -172,11 +179,17 @@ class TensorTruthValueInStep(Rule):
         func = node.func
         if isinstance(func, cst.Name) and func.value in _CONVERSIONS and ctx.qualified_name(func) is None:
             if len(positional) == 1 and ctx.is_tensor(positional[0]):
-                yield Report(node, f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step")
+                yield Report(
+                    node, f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step",
+                    suggestion=None if func.value == "bool" else self._KEEP_ON_DEVICE,
+                )
             return
         qualified = ctx.qualified_name(func) or ""
         if qualified.startswith("math.") and any(ctx.is_tensor(arg) for arg in positional):
-            yield Report(node, f"`{qualified}()` converts a tensor to a Python float: the CPU stalls until the GPU drains, once per step")
+            yield Report(
+                node, f"`{qualified}()` converts a tensor to a Python float: the CPU stalls until the GPU drains, once per step",
+                suggestion=self._KEEP_ON_DEVICE,
+            )
 
 
 def _may_be_none(operand: cst.BaseExpression, ctx) -> bool:
