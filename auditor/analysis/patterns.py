@@ -36,7 +36,7 @@ STEP_BOUND = re.compile(r"(?i)(steps$|iters$|max_iter|iterations$|batches$|updat
 # Callees that do a step's work when called: a forward pass (`model(x)`, `self.net(x)`, `forward_lip(x)`,
 # `criterion(out, y)`) or fetching a batch (`next(it)`, `get_batch("train")`).
 FORWARD_CALLEE = re.compile(
-    r"(?i)(model|net$|network|^forward(_|$)|criterion|loss_?fn|loss_?func|lossfn|loss_fct|encoder|decoder|"
+    r"(?i)(model|net$|network|^forward_|criterion|loss_?fn|loss_?func|lossfn|loss_fct|encoder|decoder|"
     r"classifier|backbone|generator|discriminator|^netg$|^netd$|critic|actor|policy|^module$|^ddp|^self$)"
 )
 # Functions that make, load or unwrap a model rather than run one: `unwrap_model(unet)`,

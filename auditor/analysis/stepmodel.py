@@ -727,8 +727,6 @@ class StepModel:
             elif BATCH_FETCH.match(name) or (calls_a_model(name) and name not in self.index.classes):
                 return True
             for function in self.resolve(site):
-                if function.class_info is not None and not self.by_name(site) and self.is_torch_module(function.class_info):
-                    return True  # a method of the project's own `nn.Module` (`self.net.forward_lip(x)`): a forward pass
                 if id(function) not in seen and self.function_does_step_work(function, seen):
                     return True
         return self._known_elsewhere("step_work", calls)
