@@ -553,6 +553,66 @@ CASES = {
                     print(loss.item())
         """,
     },
+    "a base class in a module without steps sets the device its subclasses copy to (st-gcn)": {
+        "processor/io.py": """
+            import torch
+
+            class IO:
+                def __init__(self, use_gpu=True):
+                    self.dev = "cuda:0" if use_gpu else "cpu"
+
+                def load_model(self, model):
+                    self.model = model.to(self.dev)
+        """,
+        "processor/recognition.py": """
+            import torch
+            from .io import IO
+
+            class Recognition(IO):
+                def train(self, loader, optimizer):
+                    for data, label in loader:
+                        data = data.to(self.dev, non_blocking=True)
+                        label = label.to(self.dev, non_blocking=True)
+                        loss = torch.nn.functional.cross_entropy(self.model(data), label)
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+                        print(loss.item())  # expect: LA101
+        """,
+        "processor/__init__.py": "",
+    },
+    "a loader factory that hands back another module's factory's result (Swin's data/__init__.py)": {
+        "data/build.py": """
+            import torch
+
+            def build_loader(config):
+                dataset = make_dataset(config)
+                loader = torch.utils.data.DataLoader(  # expect: LA204
+                    dataset, batch_size=64, num_workers=8, pin_memory=True,
+                )
+                return dataset, loader
+        """,
+        "data/__init__.py": """
+            from .build import build_loader as _build_loader
+
+            def build_loader(config, simmim=False):
+                if not simmim:
+                    return _build_loader(config)
+                return None
+        """,
+        "main.py": """
+            import torch
+            from data import build_loader
+
+            model = torch.nn.Linear(4, 4).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            dataset, loader = build_loader(config)
+            for epoch in range(100):
+                for x in loader:
+                    model(x.cuda(non_blocking=True)).sum().backward()
+                    optimizer.step()
+        """,
+    },
 }
 
 

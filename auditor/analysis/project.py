@@ -339,6 +339,7 @@ def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
                 uses.add((element, trains, again))
             for trains, again in _returned_on(steps, site.scope, name):
                 uses.add((element, trains, again))  # mdistiller's get_dataset(cfg) passes its loaders on
+    uses.update(steps.returned_call_uses(site.call, site.scope))
     return tuple(sorted(uses))
 
 
@@ -762,7 +763,7 @@ def derive_facts(
             fields.setdefault(name, set()).add(_absolute_class(layout, path, cls) or cls)
     layout.fields = {name: cls for name, (cls, *more) in fields.items() if not more and cls.startswith("@")}
     resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
-    split = _split_cuda_evidence(layout, resolved, summaries)
+    split = _split_cuda_evidence(layout, resolved, summaries) | _inherited_cuda(layout, summaries)
     cuda = _cuda_closure(resolved, summaries, split)
 
     # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
@@ -818,7 +819,9 @@ def derive_facts(
             or summaries[path].has_step_code
         )
     }
-    reached = {file for path in active for _, file, _ in resolved.get(path, ())} | models_asked
+    # The base classes' modules of code with steps, active or not yet: CUDA may come from a base (below).
+    stepping = {path for path in summaries if summaries[path].has_step_code}
+    reached = {file for path in active for _, file, _ in resolved.get(path, ())} | models_asked | _base_modules(layout, summaries, stepping)
     kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
     classes: dict[str, dict[tuple[str, str], str]] = {}
     returns: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -1160,6 +1163,43 @@ def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> b
         or any(file in training for file in layout.files_in_package(module))  # `from models import create_model`
         for module in modules
     )
+
+
+def _project_bases(layout: ProjectLayout, summaries: dict[str, ModuleSummary], path: str) -> set[str]:
+    """The other modules defining project classes that `path`'s classes derive from, at any depth
+    (through analysed modules: a base module not analysed yet ends the chain for this round)."""
+    found: set[str] = set()
+    todo = [path]
+    while todo:
+        module = todo.pop()
+        summary = summaries.get(module)
+        for name, bases in (summary.class_bases.items() if summary is not None else ()):
+            for base in bases:
+                if base in summary.class_bases:
+                    continue  # a class of the same module
+                where = _absolute_class(layout, module, base)
+                file = where[1:].rpartition(":")[0] if where is not None else None
+                if file is not None and file != path and file not in found:
+                    found.add(file)
+                    todo.append(file)
+    return found
+
+
+def _base_modules(layout: ProjectLayout, summaries: dict[str, ModuleSummary], paths: set[str]) -> set[str]:
+    """Modules whose classes the classes of `paths` derive from: reached, so that a base class's module
+    the prefilter skipped (st-gcn's `IO`, which sets `self.dev = "cuda:0"`) is analysed."""
+    return {file for path in paths for file in _project_bases(layout, summaries, path)}
+
+
+def _inherited_cuda(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> set[str]:
+    """Modules whose classes derive from a class of a module that targets CUDA itself: what the base
+    class sets up (`self.dev = "cuda:0"`, `self.model.to(self.dev)`) is the subclass's too, so its
+    `data.to(self.dev)` in another module is a copy to the GPU."""
+    return {
+        path for path, summary in summaries.items()
+        if summary.class_bases and not summary.cuda
+        and any(summaries[base].cuda for base in _project_bases(layout, summaries, path) if base in summaries)
+    }
 
 
 def _absolute_class(layout: ProjectLayout, caller: str, cls: str) -> str | None:

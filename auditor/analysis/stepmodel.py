@@ -887,6 +887,23 @@ class StepModel:
             if qualname == function.qualname and element in elements
         ]
 
+    def returned_call_uses(self, call: cst.Call, scope: Scope) -> list[tuple[int, bool, bool]]:
+        """(element, trains, again) of the step loops elsewhere that iterate what a call returns, when
+        its function hands the call's result straight back (`return _build_loader(config)`, Swin's
+        `data/__init__.py`): the callers' uses of each element are the call's own."""
+        function = self.function_info(scope.function) if scope.function is not None else None
+        if function is None or self.facts is None or not self.facts.returned_uses:
+            return []
+        callers = [(element, trains, again) for qualname, element, trains, again in self.facts.returned_uses if qualname == function.qualname]
+        uses = []
+        for returned in function.returns:
+            if returned is call:
+                uses.extend(callers)  # returned whole: each element is the call's own
+            elif isinstance(returned, cst.Tuple):
+                slots = {i for i, element in enumerate(returned.elements) if element.value is call}
+                uses.extend((-1, trains, again) for element, trains, again in callers if element in slots)
+        return uses
+
     def iterates_loader(self, loop: LoopInfo) -> bool:
         if not isinstance(loop.node, cst.For):
             return False
