@@ -180,3 +180,25 @@ def test_a_tokenizers_ids_are_no_batch_even_where_a_namesake_method_returns_a_te
     items = [(str(p), p.name, True, OPTIONS) for p in sorted(tmp_path.glob("*.py"))]
     rows = sorted((f.filename, f.location.row) for f in analyze_many(items, 1).findings if f.code == "LA301")
     assert rows == [("train.py", 12)]  # the encoder's rows, not the tokenizer's ids
+
+
+def test_a_tensor_dataset_is_on_the_device_only_by_what_its_data_was_when_it_was_made():
+    # DeepCTR-Torch's predict: the name `x` is moved to the device only later, batch by batch.
+    text = """
+        import numpy as np
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def predict(model, x, device="cuda:0"):
+            x = [np.expand_dims(column, axis=1) for column in x]
+            loader = DataLoader(TensorDataset(torch.from_numpy(np.concatenate(x, axis=-1))), batch_size=256)
+            outputs = []
+            with torch.no_grad():
+                for batch in loader:
+                    x = batch[0].to(device).float()
+                    outputs.append(model(x))
+            return torch.cat(outputs)
+    """
+    assert [f.location.row for f in findings("LA201", text)] == [7]
+    moved = text.replace("torch.from_numpy(np.concatenate(x, axis=-1))", "torch.from_numpy(np.concatenate(x, axis=-1)).to(device)")
+    assert findings("LA201", moved) == []

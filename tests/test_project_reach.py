@@ -408,7 +408,7 @@ CASES = {
                     return x.float()
         """,
     },
-    "debugging branches and options no caller turns on are not per-step": {
+    "debugging branches and options no caller turns on are not per-step; a verbose flag on by default is": {
         "evaluate.py": """
             import torch
 
@@ -426,6 +426,18 @@ CASES = {
                         show(flow.cpu())
                     if args.debug_loss and "name" in image_info:
                         print(flow.mean().item())
+        """,
+        "fit.py": """
+            import torch
+
+            def fit(model, loader, optimizer, verbose=1):
+                for x, y in loader:
+                    out = model(x.cuda(non_blocking=True))
+                    loss = torch.nn.functional.mse_loss(out, y.cuda(non_blocking=True))
+                    loss.backward()
+                    optimizer.step()
+                    if verbose > 0:
+                        print(loss.item())  # expect: LA101
         """,
         "main.py": """
             import torch
@@ -611,6 +623,24 @@ CASES = {
                 for x in loader:
                     model(x.cuda(non_blocking=True)).sum().backward()
                     optimizer.step()
+        """,
+    },
+    "a loader iterated through `with tqdm(...) as t:` (DeepCTR-Torch's fit)": {
+        "basemodel.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+
+            class BaseModel(torch.nn.Module):
+                def fit(self, dataset, epochs, optimizer, verbose=1):
+                    train_loader = DataLoader(dataset, batch_size=256, num_workers=4, persistent_workers=True)  # expect: LA201
+                    for epoch in range(epochs):
+                        with tqdm(enumerate(train_loader), disable=verbose != 1) as t:
+                            for _, (x_train, y_train) in t:
+                                x = x_train.to("cuda", non_blocking=True)
+                                loss = self(x).sum()
+                                loss.backward()
+                                optimizer.step()
         """,
     },
 }

@@ -312,7 +312,9 @@ class _Indexer:
             if is_off_by_default(node.test, self.function.node if self.function is not None else None):
                 self._push(Frame(FrameKind.OPTION, self.frame, node))
                 return
-            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(node.test):
+            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
+                node.test, self.function.node if self.function is not None else None
+            ):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
         elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)) and attribute == "body":

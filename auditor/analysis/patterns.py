@@ -172,32 +172,47 @@ def is_rare_branch(body: cst.BaseSuite, in_loop: bool = True) -> bool:
 _DEBUG_FLAG = re.compile(r"(?i)^(debug|debugging|debug_\w+|verbose|vis|visualize|visualise|visualization|plot|show|display)$")
 
 
-def is_debug_test(test: cst.BaseExpression) -> bool:
+def is_debug_test(test: cst.BaseExpression, function: cst.FunctionDef | None = None) -> bool:
     """`if args.debug:`, `if opt.debug > 0:`, `if self.verbose:`, `if vis:`: a branch taken only when
     the user asks for debugging output (issue 23 chose: not per-step, so not reported). A test that
     mixes in anything else (`if debug or step % 10 == 0`) is not one; one that narrows a debug flag
     (`if args.debug_loss and "filenames" in batch`) still is."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return is_debug_test(test.left) or is_debug_test(test.right)
+        return is_debug_test(test.left, function) or is_debug_test(test.right, function)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         test = test.left
+    if isinstance(test, cst.Name) and _on_by_default(test.value, function):
+        return False  # `def fit(..., verbose=1)`: `if verbose > 0:` is what a normal run does
     if isinstance(test, (cst.Name, cst.Attribute)):
         name = terminal_name(test)
         return name is not None and _DEBUG_FLAG.match(name) is not None
     return False
 
 
+def param_default(function: cst.FunctionDef | None, name: str) -> cst.BaseExpression | None:
+    """The default `function` declares for its parameter `name` (None: no such parameter or no default)."""
+    if function is None:
+        return None
+    params = function.params
+    found = (p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name)
+    return next((p.default for p in found), None)
+
+
+def _on_by_default(name: str, function: cst.FunctionDef | None) -> bool:
+    """Does `function` declare parameter `name` with a default that is on (`verbose=1`, `vis=True`)?"""
+    default = param_default(function, name)
+    return (isinstance(default, cst.Name) and default.value == "True") or (
+        isinstance(default, cst.Integer) and default.evaluated_value != 0
+    )
+
+
 def is_off_by_default(test: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
     """`if warm_start:` where the function declares `warm_start=False`: an option its callers must
     turn on, or the run never takes the branch."""
-    if function is None or not isinstance(test, cst.Name):
+    if not isinstance(test, cst.Name):
         return False
-    params = function.params
-    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-        if param.name.value == test.value:
-            default = param.default
-            return isinstance(default, cst.Name) and default.value == "False"
-    return False
+    default = param_default(function, test.value)
+    return isinstance(default, cst.Name) and default.value == "False"
 
 
 # Devices other than CUDA, as `torch.device(...).type` names them, and the flags scripts keep for them.

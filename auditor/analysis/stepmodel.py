@@ -1067,8 +1067,9 @@ class StepModel:
         if expr.value == name and owner is scope:
             return True
         if depth < 3 and any(
-            # `pbar = tqdm(train_loader)`, `it = iter(loader)`: a name bound to something wrapping ours
-            b.kind == "value" and any(self._refers_to(inner, name, scope, owner, depth + 1) for inner in unwrap_iterable(b.value))
+            # `pbar = tqdm(train_loader)`, `it = iter(loader)`, `with tqdm(enumerate(loader)) as t:`: a
+            # name bound to something wrapping ours
+            b.kind in ("value", "with") and any(self._refers_to(inner, name, scope, owner, depth + 1) for inner in unwrap_iterable(b.value))
             for b in bindings
         ):
             return True

@@ -19,7 +19,7 @@ import libcst as cst
 
 from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
 from .names import dotted_name, terminal_name
-from .patterns import calls_a_model, unwrap_iterable
+from .patterns import calls_a_model, param_default, unwrap_iterable
 from .stepmodel import StepModel, argument_for, indexed_walk
 from .walk import Containment
 
@@ -745,17 +745,10 @@ _NOT_BATCHES = re.compile(r"optim|sched|model|net|param|module|layer|loss|metric
 def _literal_default(name: str, scope: Scope) -> bool:
     """Is parameter `name` of the scope's function given a literal default (`None`, a number, a
     string)? Such a parameter is a setting, whatever it is called."""
-    function = scope.function
-    if function is None:
-        return False
-    params = function.params
-    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-        if param.name.value == name and param.default is not None:
-            default = param.default
-            return isinstance(default, (cst.Integer, cst.Float, cst.BaseString)) or (
-                isinstance(default, cst.Name) and default.value in ("None", "True", "False")
-            )
-    return False
+    default = param_default(scope.function, name)
+    return isinstance(default, (cst.Integer, cst.Float, cst.BaseString)) or (
+        isinstance(default, cst.Name) and default.value in ("None", "True", "False")
+    )
 
 
 def _is_shape(expr: cst.BaseExpression) -> bool:

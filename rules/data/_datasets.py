@@ -394,6 +394,10 @@ def _on_device(expr: cst.BaseExpression, scope, ctx, depth: int = 0, seen: set |
         if not found:
             return False
         bindings, owner = found
+        use = ctx.index.uses.get(id(expr))
+        if use is not None:
+            # What the name holds here: `x = x_test[0].to(device)` later in the function is another value
+            bindings = [b for b in bindings if b.order < use[0] or b.kind == "loop"]
         if any(
             b.kind in ("value", "augment", "element", "loop") and _on_device(b.value, b.scope, ctx, deeper, seen)
             for b in bindings

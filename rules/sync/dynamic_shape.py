@@ -64,6 +64,15 @@ class DynamicShapeInStep(Rule):
     )
     fix_safety = "No automatic fix: the static-shape formulation depends on what the selected values are used for."
     valid = (
+        # A name that says mask, made by a method of a value here: nothing says it is boolean.
+        "import torch\n"
+        "def gather_feat(feat, mask):\n"
+        "    mask = mask.unsqueeze(2).expand_as(feat)\n"
+        "    return feat[mask]\n"
+        "for x, m in loader:\n"
+        "    out = gather_feat(model(x.cuda(non_blocking=True)), m.cuda(non_blocking=True))\n"
+        "    out.sum().backward()\n"
+        "    optimizer.step()\n",
         # Counting on the host: the sizes are Python numbers made into a CPU tensor (DINO's multi-crop).
         "import torch\n"
         "class MultiCrop(torch.nn.Module):\n"
@@ -95,6 +104,22 @@ class DynamicShapeInStep(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A mask another module's function returns: its code is not read here, its name says what it is
+        # (SSD's box loss); a method of a local value named `mask` is not enough.
+        "import torch\n"
+        "from ssd.utils import box_utils\n"
+        "class MultiBoxLoss(torch.nn.Module):\n"
+        "    def forward(self, confidence, labels):\n"
+        "        with torch.no_grad():\n"
+        "            loss = -torch.log_softmax(confidence, dim=2)[:, :, 0]\n"
+        "            mask = box_utils.hard_negative_mining(loss, labels, 3)\n"
+        "        confidence = confidence[mask, :]  # expect: LA105\n"
+        "        return torch.nn.functional.cross_entropy(confidence, labels[mask])  # related: LA105\n"
+        "criterion = MultiBoxLoss().cuda()\n"
+        "for images, labels in train_loader:\n"
+        "    loss = criterion(model(images.cuda(non_blocking=True)), labels.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A mask of what `.sort()` returns (its elements are tensors), read where the block rebinds it.
         "import torch\n"
         "def query_ball_point(nsample, xyz):\n"
@@ -210,6 +235,8 @@ class DynamicShapeInStep(Rule):
             bindings, scope = found
             if not bindings and expr.value in scope.params:
                 return self._parameter_is_mask(expr.value, scope, ctx, depth)
+            if _MASK_NAME.match(expr.value) and any(_made_elsewhere(b, ctx) for b in bindings):
+                return True  # `mask = box_utils.hard_negative_mining(loss, labels, 3)`: named for what it is
             return any(self._binding_is_mask(b, ctx, depth) for b in bindings)
         return False
 
@@ -255,6 +282,23 @@ class DynamicShapeInStep(Rule):
             elements = [element.value for element in binding.value.elements]
             return bool(elements) and all(self._is_mask(e, ctx, depth + 1) for e in elements)
         return False
+
+
+# A name that says it holds a mask: `mask`, `pos_mask`, `mask_neg`.
+_MASK_NAME = re.compile(r"(?i)^(\w+_)?mask(_\w+)?$")
+
+
+def _made_elsewhere(binding, ctx) -> bool:
+    """Is the binding's value what a function of another module returns (`box_utils.f(...)`)? Its
+    code is not read here; the name the script gives it is the evidence left."""
+    value = binding.value
+    if binding.kind != "value" or not isinstance(value, cst.Call):
+        return False
+    qualified = ctx.qualified_name(value.func)  # an imported function, not a method of a local value
+    if qualified is None or qualified.startswith(("torch.", "numpy.")):
+        return False  # (a torch function says what it returns: read by the rules above)
+    site = ctx.steps.call_site(value)
+    return site is not None and not ctx.steps.resolve(site)
 
 
 def _uses_of_mask(use: cst.CSTNode, mask: cst.BaseExpression, ctx) -> Group:
