@@ -39,14 +39,17 @@ class RuleContext:
         read per step, not two): keying by the `else` arms alone keeps them apart, while an `if` arm
         shares its key with the code around the statement, which runs with it."""
         body = self.frame.body()
-        parents = self.memoized("parents", lambda: parent_map(self.index.module))
         arms = []
-        child, parent = node, parents.get(node)
+        child, parent = node, self.parent(node)
         while parent is not None and child is not body.node:
             if isinstance(parent, cst.If) and child is parent.orelse:
                 arms.append(id(parent))
-            child, parent = parent, parents.get(parent)
+            child, parent = parent, self.parent(parent)
         return body, tuple(arms)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The node `node` sits in (None for the module)."""
+        return self.memoized("parents", lambda: parent_map(self.index.module)).get(node)
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         """`T.cuda.synchronize` -> "torch.cuda.synchronize" when `import torch as T`."""

@@ -171,3 +171,17 @@ def test_a_loss_converted_to_keep_is_told_to_stay_on_the_device_and_a_condition_
     assert kept.message.startswith("`float()` of a tensor")
     assert "append `loss.detach()`" in kept.suggestion and "NaN" not in kept.suggestion
     assert "NaN guard" in tested.suggestion  # a decision on the host: the rule's own advice
+
+
+def test_a_count_read_at_once_is_one_finding_that_names_both_waits():
+    source = """\
+        import torch
+        for x, t in loader:
+            ts = schedule.timesteps.to("cuda")
+            index = (ts == t.cuda(non_blocking=True)).nonzero().item()
+            model(x.cuda(non_blocking=True), index).sum().backward()
+            optimizer.step()
+    """
+    assert messages(source, "LA105") == {}
+    [read] = messages(source, "LA101").values()
+    assert read.message.endswith("waits for the GPU twice, once per step: `.nonzero()` to count its elements, `.item()` to copy them to the host")

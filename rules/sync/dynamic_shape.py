@@ -64,6 +64,13 @@ class DynamicShapeInStep(Rule):
     )
     fix_safety = "No automatic fix: the static-shape formulation depends on what the selected values are used for."
     valid = (
+        # Counted and read at once (diffusers' `get_sigmas`): one place that waits, reported by LA101.
+        "import torch\n"
+        "for x, t in loader:\n"
+        "    ts = schedule.timesteps.to('cuda')\n"
+        "    index = (ts == t.cuda(non_blocking=True)).nonzero().item()\n"
+        "    model(x.cuda(non_blocking=True), index).sum().backward()\n"
+        "    optimizer.step()\n",
         # A name that says mask, made by a method of a value here: nothing says it is boolean.
         "import torch\n"
         "def gather_feat(feat, mask):\n"
@@ -188,6 +195,8 @@ class DynamicShapeInStep(Rule):
                 yield Report(node, "one-argument `torch.where` is `nonzero`: the CPU waits for the GPU to count the matches, once per step")
             return
         receiver = ctx.method_call(node, *_METHODS)
+        if receiver is not None and _read_at_once(node, ctx):
+            return  # `(ts == t).nonzero().item()`: one place that waits, reported once, by LA101
         if receiver is not None and ctx.maybe_tensor(receiver) and not _is_static_nonzero(node):
             method = node.func.attr.value
             yield Report(node, f"`.{method}()` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step")
@@ -282,6 +291,17 @@ class DynamicShapeInStep(Rule):
             elements = [element.value for element in binding.value.elements]
             return bool(elements) and all(self._is_mask(e, ctx, depth + 1) for e in elements)
         return False
+
+
+def _read_at_once(node: cst.Call, ctx) -> bool:
+    """Is the op's result read on the host right away (`.nonzero().item()`, `.unique().tolist()`)? The
+    read waits for the GPU anyway; LA101 reports the line once, naming both waits."""
+    attribute = ctx.parent(node)
+    call = ctx.parent(attribute) if isinstance(attribute, cst.Attribute) else None
+    return (
+        isinstance(call, cst.Call) and call.func is attribute and attribute.attr.value in ("item", "tolist")
+        and not call.args
+    )
 
 
 # A name that says it holds a mask: `mask`, `pos_mask`, `mask_neg`.

@@ -27,6 +27,10 @@ def _is_grad_scaler(receiver: cst.BaseExpression, ctx) -> bool:
     return bool(_SCALER_NAME.search(name))
 
 
+# Ops whose output size depends on the data (LA105's methods): read at once, the line has two waits.
+_COUNTING = ("nonzero", "argwhere", "unique", "unique_consecutive", "masked_select")
+
+
 def _reads_in_step(node: cst.CSTNode, ctx) -> Group:
     """The reads of one step body are one problem: each drains the GPU queue, and stacking the values
     into one tensor read once (or reading them every N steps) fixes them all."""
@@ -154,6 +158,13 @@ class ItemInStep(Rule):
         "    torch.save({'scaler': scaler.state_dict()}, 'ckpt.pt')\n",
     )
     invalid = (
+        # A count read at once waits twice; the line is one finding (LA105 leaves it to this rule).
+        "import torch\n"
+        "for x, t in loader:\n"
+        "    ts = schedule.timesteps.to('cuda')\n"
+        "    index = (ts == t.cuda(non_blocking=True)).nonzero().item()  # expect: LA101\n"
+        "    model(x.cuda(non_blocking=True), index).sum().backward()\n"
+        "    optimizer.step()\n",
         # The gradient scaler's scale, read every step, is an `.item()` in disguise (DeiT, MAE).
         "import torch\n"
         "loss_scaler = NativeScaler()\n"
@@ -250,7 +261,14 @@ class ItemInStep(Rule):
         if receiver is None or node.args or not ctx.maybe_tensor(receiver):
             return
         what = "tensor" if node.func.attr.value == "tolist" else "value"
+        message = f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step"
+        if isinstance(receiver, cst.Call) and ctx.method_call(receiver, *_COUNTING) is not None:
+            # `(ts == t).nonzero().item()`: LA105 leaves this line to us, so the message names both waits
+            message = (
+                f"`{ctx.source(node)}` waits for the GPU twice, once per step: `.{receiver.func.attr.value}()` to "
+                f"count its elements, `.{node.func.attr.value}()` to copy them to the host"
+            )
         yield Report(
-            node, f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step",
+            node, message,
             group=_reads_in_step(node, ctx),
         )
