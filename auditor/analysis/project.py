@@ -1165,40 +1165,47 @@ def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> b
     )
 
 
-def _project_bases(layout: ProjectLayout, summaries: dict[str, ModuleSummary], path: str) -> set[str]:
-    """The other modules defining project classes that `path`'s classes derive from, at any depth
-    (through analysed modules: a base module not analysed yet ends the chain for this round)."""
+def _module_bases(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> dict[str, set[str]]:
+    """Module -> the other modules defining project classes its classes derive from directly (read
+    from _subclasses: through analysed modules, so a base module not analysed yet ends a chain)."""
+    found: dict[str, set[str]] = {}
+    for base, subs in _subclasses(layout, summaries).items():
+        base_file = base[1:].rpartition(":")[0]
+        for sub in subs:
+            sub_file = sub[1:].rpartition(":")[0]
+            if sub_file != base_file:
+                found.setdefault(sub_file, set()).add(base_file)
+    return found
+
+
+def _project_bases(module_bases: dict[str, set[str]], path: str) -> set[str]:
+    """The modules of `path`'s classes' project base classes, at any depth."""
     found: set[str] = set()
     todo = [path]
     while todo:
-        module = todo.pop()
-        summary = summaries.get(module)
-        for name, bases in (summary.class_bases.items() if summary is not None else ()):
-            for base in bases:
-                if base in summary.class_bases:
-                    continue  # a class of the same module
-                where = _absolute_class(layout, module, base)
-                file = where[1:].rpartition(":")[0] if where is not None else None
-                if file is not None and file != path and file not in found:
-                    found.add(file)
-                    todo.append(file)
+        for file in module_bases.get(todo.pop(), ()):
+            if file != path and file not in found:
+                found.add(file)
+                todo.append(file)
     return found
 
 
 def _base_modules(layout: ProjectLayout, summaries: dict[str, ModuleSummary], paths: set[str]) -> set[str]:
     """Modules whose classes the classes of `paths` derive from: reached, so that a base class's module
     the prefilter skipped (st-gcn's `IO`, which sets `self.dev = "cuda:0"`) is analysed."""
-    return {file for path in paths for file in _project_bases(layout, summaries, path)}
+    module_bases = _module_bases(layout, summaries)
+    return {file for path in paths for file in _project_bases(module_bases, path)}
 
 
 def _inherited_cuda(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> set[str]:
     """Modules whose classes derive from a class of a module that targets CUDA itself: what the base
     class sets up (`self.dev = "cuda:0"`, `self.model.to(self.dev)`) is the subclass's too, so its
     `data.to(self.dev)` in another module is a copy to the GPU."""
+    module_bases = _module_bases(layout, summaries)
     return {
-        path for path, summary in summaries.items()
-        if summary.class_bases and not summary.cuda
-        and any(summaries[base].cuda for base in _project_bases(layout, summaries, path) if base in summaries)
+        path for path in module_bases
+        if not summaries[path].cuda
+        and any(summaries[base].cuda for base in _project_bases(module_bases, path) if base in summaries)
     }
 
 

@@ -979,16 +979,8 @@ class StepModel:
                 return True  # `while True:` ... `break`: a step loop if it does a step's work
             return mentions_step_bound(test)
         targets = loop_target_names(node)
-        iterable = node.iter
-        while isinstance(iterable, cst.Call) and terminal_name(iterable.func) in {"enumerate", "tqdm", "trange"}:
-            if terminal_name(iterable.func) == "trange":
-                break
-            args = [arg.value for arg in iterable.args if arg.keyword is None]
-            if not args:
-                break
-            iterable = args[0]
-        is_range = isinstance(iterable, cst.Call) and terminal_name(iterable.func) in {"range", "trange"}
-        if not is_range:
+        iterable = counted_range(loop)
+        if iterable is None:
             return False
         if any(is_step_variable(name) for name in targets):
             return True
@@ -1310,14 +1302,26 @@ _DATASET = re.compile(r"(?i)(dataset|data_?set|_set$|samples|(^|_)data$)")
 _FILE_LIST = re.compile(r"(?i)^(file_?list|files|filenames|file_?names|paths|image_?paths|img_?list|image_?list|wav_?list|video_?list|samples)$")
 
 
-def indexed_walk(loop: LoopInfo) -> str | None:
-    """"dataset" for `for i in range(len(dataset))` (also inside `tqdm(...)` / `enumerate(...)`)."""
+def counted_range(loop: LoopInfo) -> cst.Call | None:
+    """The `range(...)` or `trange(...)` a `for` loop iterates, looked for inside `tqdm(...)` and
+    `enumerate(...)` (their first positional argument)."""
     if not isinstance(loop.node, cst.For):
         return None
     iterable = loop.node.iter
-    while isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("tqdm", "enumerate") and iterable.args:
-        iterable = iterable.args[0].value
-    if not (isinstance(iterable, cst.Call) and terminal_name(iterable.func) == "range" and len(iterable.args) == 1):
+    while isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("tqdm", "enumerate"):
+        args = [arg.value for arg in iterable.args if arg.keyword is None]
+        if not args:
+            break
+        iterable = args[0]
+    if isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("range", "trange"):
+        return iterable
+    return None
+
+
+def indexed_walk(loop: LoopInfo) -> str | None:
+    """"dataset" for `for i in range(len(dataset))` (also inside `tqdm(...)` / `enumerate(...)`)."""
+    iterable = counted_range(loop)
+    if iterable is None or terminal_name(iterable.func) != "range" or len(iterable.args) != 1:
         return None
     length = iterable.args[0].value
     if isinstance(length, cst.Call) and terminal_name(length.func) == "len" and len(length.args) == 1:
@@ -1331,14 +1335,8 @@ _BATCH_SIZE = re.compile(r"(?i)(batch_?size|^bs$|^bsz$|_bs$)")
 def batch_stride(loop: LoopInfo) -> cst.BaseExpression | None:
     """The stride of `for i in range(start, stop, batch_size)` (also inside `tqdm(...)` /
     `enumerate(...)`), when it names a batch size: the loop walks its data one batch at a time."""
-    if not isinstance(loop.node, cst.For):
-        return None
-    iterable = loop.node.iter
-    while isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("tqdm", "enumerate", "trange") and iterable.args:
-        if terminal_name(iterable.func) == "trange":
-            break
-        iterable = iterable.args[0].value
-    if not (isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("range", "trange")):
+    iterable = counted_range(loop)
+    if iterable is None:
         return None
     positional = [arg.value for arg in iterable.args if arg.keyword is None and not arg.star]
     if len(positional) != 3:
