@@ -564,6 +564,9 @@ def _prepared_loaders(ctx) -> frozenset[str]:
 
 
 def _names_prepared(ctx) -> frozenset[str]:
+    """The loaders handed to `accelerator.prepare(...)` and the names what it returns is bound to,
+    whole (`train_dl = accelerator.prepare(train_dl)`) or unpacked (`model, opt, train_dl =
+    accelerator.prepare(model, opt, train_loader)`)."""
     names = set()
     for site in ctx.index.calls:
         func = site.call.func
@@ -572,6 +575,10 @@ def _names_prepared(ctx) -> frozenset[str]:
             bound = ctx.index.bound_names.get(id(site.call))
             if bound:
                 names.add(bound[0].split(".")[-1])
+            names.update(
+                name for name, bindings in site.scope.assignments.items()
+                if any(b.kind == "element" and b.value is site.call for b in bindings)
+            )
     names.discard(None)
     return frozenset(names)
 

@@ -2,14 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.analysis import FrameKind, Kind, terminal_name, unwrap_iterable
+from loopaudit.analysis import Kind
 from loopaudit.call_edits import TRUE, with_keyword
 from loopaudit.rule import Fix, Report, Rule
 from ._loaders import is_host_batch, moves_to_device
 from .created_on_host import DTYPE_METHODS, kept_attribute, model_class, register_buffer_advice
-
-# Framework calls that hand a loader back wrapped so that its batches arrive on the device.
-_PREPARE_METHODS = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
 
 _CREATION = frozenset({
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",
@@ -352,8 +349,6 @@ class BlockingBatchCopy(Rule):
         receiver = moves_to_device(node, ctx)
         if receiver is None or _created_here(receiver, ctx) or not is_host_batch(receiver, ctx):
             return
-        if _iterates_prepared_loader(ctx):
-            return  # the framework's loader hands over batches already on the device
         cls = model_class(ctx)
         kept = kept_attribute(receiver, cls, ctx) if cls is not None else None
         if kept is not None:
@@ -414,21 +409,3 @@ def _converted_first(move: cst.Call, conversion: cst.Call, ctx) -> Report:
     )
 
 
-def _iterates_prepared_loader(ctx) -> bool:
-    """Is the node in a loop over a loader that `accelerator.prepare(...)` (or Fabric's
-    `setup_dataloaders`) handed back under a new name, `model, opt, train_dl = accelerator.prepare(
-    model, opt, train_loader)`? Its batches arrive on the device."""
-    frame = ctx.frame
-    while frame is not None and frame.kind is not FrameKind.FUNCTION:
-        loop = frame.loop if frame.kind is FrameKind.LOOP else None
-        if loop is not None and isinstance(loop.node, cst.For):
-            for inner in unwrap_iterable(loop.node.iter):
-                found = ctx.scope.lookup(inner.value) if isinstance(inner, cst.Name) else None
-                if found and found[0] and all(
-                    b.kind in ("value", "element") and isinstance(b.value, cst.Call)
-                    and terminal_name(b.value.func) in _PREPARE_METHODS
-                    for b in found[0]
-                ):
-                    return True
-        frame = frame.parent
-    return False

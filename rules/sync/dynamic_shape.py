@@ -14,7 +14,8 @@ _TORCH_FUNCTIONS = {
     "torch.unique": "torch.unique",
     "torch.unique_consecutive": "torch.unique_consecutive",
 }
-_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
+# Tensor methods whose output size depends on the data (also read by LA101, item.py).
+DATA_DEPENDENT_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
 _MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "bool"})
 # Node-split masks of full-batch graph training: PyG's `data.train_mask` and DGL's
 # `g.ndata["train_mask"]` are boolean tensors by convention. Other `*_mask` names (an int64
@@ -194,7 +195,7 @@ class DynamicShapeInStep(Rule):
             if len(node.args) == 1 and node.args[0].keyword is None:
                 yield Report(node, "one-argument `torch.where` is `nonzero`: the CPU waits for the GPU to count the matches, once per step")
             return
-        receiver = ctx.method_call(node, *_METHODS)
+        receiver = ctx.method_call(node, *DATA_DEPENDENT_METHODS)
         if receiver is not None and _read_at_once(node, ctx):
             return  # `(ts == t).nonzero().item()`: one place that waits, reported once, by LA101
         if receiver is not None and ctx.maybe_tensor(receiver) and not _is_static_nonzero(node):

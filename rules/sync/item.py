@@ -7,6 +7,8 @@ import libcst as cst
 from loopaudit.analysis import terminal_name
 from loopaudit.rule import Group, Report, Rule
 
+from .dynamic_shape import DATA_DEPENDENT_METHODS
+
 # `GradScaler.get_scale()` returns `self._scale.item()`, and `state_dict()` calls it: a sync hidden in
 # the scaler (timm's NativeScaler and DeiT/MAE's `loss_scaler.state_dict()["scale"]` go through it).
 _SCALER_NAME = re.compile(r"(?i)(^|_)scaler$")
@@ -25,10 +27,6 @@ def _is_grad_scaler(receiver: cst.BaseExpression, ctx) -> bool:
                 if qualified in _GRAD_SCALERS or qualified.endswith("NativeScaler"):
                     return True
     return bool(_SCALER_NAME.search(name))
-
-
-# Ops whose output size depends on the data (LA105's methods): read at once, the line has two waits.
-_COUNTING = ("nonzero", "argwhere", "unique", "unique_consecutive", "masked_select")
 
 
 def _reads_in_step(node: cst.CSTNode, ctx) -> Group:
@@ -262,7 +260,7 @@ class ItemInStep(Rule):
             return
         what = "tensor" if node.func.attr.value == "tolist" else "value"
         message = f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step"
-        if isinstance(receiver, cst.Call) and ctx.method_call(receiver, *_COUNTING) is not None:
+        if isinstance(receiver, cst.Call) and ctx.method_call(receiver, *DATA_DEPENDENT_METHODS) is not None:
             # `(ts == t).nonzero().item()`: LA105 leaves this line to us, so the message names both waits
             message = (
                 f"`{ctx.source(node)}` waits for the GPU twice, once per step: `.{receiver.func.attr.value}()` to "
