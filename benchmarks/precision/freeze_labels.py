@@ -4,40 +4,75 @@ the corpus's labels.json and manifest.json, with its halves drawn at random.
     python benchmarks/precision/freeze_labels.py WORKDIR OUT SEED
 
 WORKDIR holds commits.txt ("<owner>__<repo> <owner>/<repo> <commit>" per line), projects/<name>/ (the
-sources at those commits) and labels/<name>.json (one helper's labels per project). Run it, commit OUT,
-and only then scan any of the projects.
+sources at those commits), labels/<name>.json (one helper's labels per project) and, optionally, the
+brief the labellers got (BRIEF.md). Run it, commit OUT, and only then scan any of the projects.
 """
+
+from __future__ import annotations
 
 import json
 import pathlib
 import random
 import sys
 
-root, out, seed = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
-out.mkdir(parents=True, exist_ok=True)
-commits = {l.split()[0]: (l.split()[1], l.split()[2]) for l in (root/'commits.txt').read_text().split('\n') if l.strip()}
-labels, done = [], []
-for p in sorted(commits):
-    f = root/'labels'/f'{p}.json'
-    if not f.exists():
-        print('missing', p); continue
-    entries = json.loads(f.read_text())
-    for e in entries:
-        assert e['project'] == p and e['commit'] == commits[p][1], (p, e.get('commit'))
-        src = root/'projects'/p/e['path']
-        assert src.exists(), (p, e['path'])
-        lines = src.read_text(errors='replace').split('\n')
-        for lab in e['labels']:
-            assert 1 <= lab['line'] <= len(lines), (p, e['path'], lab['line'])
-    labels += entries; done.append(p)
-names = sorted(done)
-aside = set(random.Random(seed).sample(names, len(names) // 2))
-manifest = [{"project": p, "repo": commits[p][0], "commit": commits[p][1], "half": "aside" if p in aside else "development"} for p in names]
-brief = root/'BRIEF.md'
-if brief.exists():
-    (out/'LABELLING-BRIEF.md').write_text(brief.read_text())
-(out/'labels.json').write_text(json.dumps(labels, indent=1) + '\n')
-(out/'manifest.json').write_text(json.dumps(manifest, indent=1) + '\n')
-n = sum(len(e['labels']) for e in labels)
-wanted = sum(1 for e in labels for l in e['labels'] if not l.get('periodic') and l.get('confidence') == 'high' and not l.get('unresolved'))
-print(len(names), 'projects', len(labels), 'files', n, 'labels', wanted, 'wanted'); print('aside', sorted(aside))
+
+def read_commits(path: pathlib.Path) -> dict[str, tuple[str, str]]:
+    """Project name -> (repository, commit)."""
+    commits = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            name, repo, commit = line.split()
+            commits[name] = (repo, commit)
+    return commits
+
+
+def checked_entries(root: pathlib.Path, name: str, commit: str) -> list[dict]:
+    """The project's label entries, each checked against its file: a label past the file's end, a
+    file that is not there or an entry for another commit stops the freeze."""
+    entries = json.loads((root / "labels" / f"{name}.json").read_text())
+    for entry in entries:
+        if entry["project"] != name or entry["commit"] != commit:
+            raise SystemExit(f"{name}: an entry names {entry['project']} at {entry.get('commit')}")
+        source = root / "projects" / name / entry["path"]
+        if not source.exists():
+            raise SystemExit(f"{name}: {entry['path']} is not in the sources")
+        length = len(source.read_text(errors="replace").split("\n"))
+        for label in entry["labels"]:
+            if not 1 <= label["line"] <= length:
+                raise SystemExit(f"{name}: {entry['path']}:{label['line']} is past the file's end")
+    return entries
+
+
+def main() -> None:
+    root, out, seed = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
+    out.mkdir(parents=True, exist_ok=True)
+    commits = read_commits(root / "commits.txt")
+    labels, names = [], []
+    for name in sorted(commits):
+        if not (root / "labels" / f"{name}.json").exists():
+            print("missing", name)
+            continue
+        labels += checked_entries(root, name, commits[name][1])
+        names.append(name)
+    aside = set(random.Random(seed).sample(names, len(names) // 2))
+    manifest = [
+        {"project": name, "repo": commits[name][0], "commit": commits[name][1],
+         "half": "aside" if name in aside else "development"}
+        for name in names
+    ]
+    brief = root / "BRIEF.md"
+    if brief.exists():
+        (out / "LABELLING-BRIEF.md").write_text(brief.read_text())
+    (out / "labels.json").write_text(json.dumps(labels, indent=1) + "\n")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    count = sum(len(entry["labels"]) for entry in labels)
+    wanted = sum(
+        1 for entry in labels for label in entry["labels"]
+        if not label.get("periodic") and label.get("confidence") == "high" and not label.get("unresolved")
+    )
+    print(len(names), "projects", len(labels), "files", count, "labels", wanted, "wanted")
+    print("aside", sorted(aside))
+
+
+if __name__ == "__main__":
+    main()
