@@ -43,6 +43,10 @@ _DATA_WALK = re.compile(
 # `for i in range(0, len(images), batch_size)`: a walk over data one batch at a time (stepmodel.batch_stride).
 _BATCH_STRIDE = re.compile(r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*range\([^\n]*,[^\n,]*(?:batch_?size|\bbsz?\b)[^\n,]*\)", re.M)
 _YIELD = re.compile(r"^[ \t]+yield\b", re.M)
+# A loop, and a call of something named like a model (`model(x)`, `self.net(x)`), in a file that turns
+# autograd off: an evaluation loop over items of any kind.
+_FOR_LOOP = re.compile(r"^[ \t]*for\b[^\n]*\bin\b", re.M)
+_FORWARD_CALL = re.compile(r"(?<![\w.])(?:self\.)?\w*(?:model|net|network)[ \t]*\(", re.I)
 _DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", re.M)
 
 
@@ -89,6 +93,8 @@ def _has_step_hint(text: str) -> bool:
         return False
     if _DATA_WALK.search(text) is not None:
         return True
+    if _FOR_LOOP.search(text) is not None and _FORWARD_CALL.search(text) is not None:
+        return True  # a loop that may run a model on each item with autograd off (stepmodel._runs_model_on_items)
     return "yield" in text and _YIELD.search(text) is not None and _walks_own_generator(text)
 
 

@@ -88,8 +88,8 @@ MODEL = """\
 
 
 def test_a_tensor_a_model_keeps_on_the_host_is_told_to_become_a_buffer():
-    (finding,) = messages(MODEL, "LA202").values()
-    assert finding.location.row == 10
+    assert not messages(MODEL, "LA202")  # the model's own tensor, not batch data: LA205's
+    finding = messages(MODEL, "LA205")[10]
     assert "a tensor the model keeps on the host (`self.mean`, set in `__init__`)" in finding.message
     assert 'self.register_buffer("mean", ..., persistent=False)` instead of `self.mean = ...`' in finding.message
     assert "of the batch" not in finding.message
@@ -105,13 +105,33 @@ def test_a_constant_a_model_rebuilds_every_forward_is_told_to_become_a_buffer(ro
 
 def test_what_the_batch_or_chance_decides_is_made_on_the_device_instead():
     found = messages(MODEL, "LA205")
-    assert sorted(found) == [11, 12, 13, 14, 15, 16]
+    assert sorted(found) == [10, 11, 12, 13, 14, 15, 16]
     for row in (14, 15):  # the batch's shape, random numbers: no buffer can hold them
         assert found[row].message.endswith("create it with `device=`")
     # A legacy constructor takes no `device=`: the factory that makes the same tensor does.
     assert found[16].message.endswith(
         "`torch.LongTensor` cannot take `device=`; create it on the device with `torch.arange(n, dtype=torch.long, device=...)`"
     )
+
+
+def test_a_tensor_another_object_keeps_on_the_host_is_moved_once_in_its_init():
+    source = """\
+        import torch
+        class Schedule:
+            def __init__(self, n):
+                self.t = torch.linspace(0.0, 1.0, n)
+            def at(self, s):
+                return torch.searchsorted(self.t.clone().to(s.device), s)
+        schedule = Schedule(1000)
+        model = torch.nn.Linear(4, 4).cuda()
+        for x, y in loader:
+            loss = model(x.cuda(non_blocking=True), schedule.at(y.cuda(non_blocking=True))).sum()
+            loss.backward()
+    """
+    assert not messages(source, "LA202")
+    message = messages(source, "LA205")[6].message
+    assert "a tensor the object keeps on the host (`self.t`, set in `__init__`)" in message
+    assert message.endswith("move it to the device once, in `__init__` (`self.t = ....to(device)`), or build it there with `device=`")
 
 
 def test_outside_a_model_a_constant_is_made_once_before_the_loop():

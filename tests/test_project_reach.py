@@ -643,6 +643,119 @@ CASES = {
                                 optimizer.step()
         """,
     },
+    "a function handed to a helper that calls it once per iteration runs per step (U-ViT's sample2dir)": {
+        "train.py": """
+            import torch
+            from evaluate import evaluate, model
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+                if step % 10000 == 0:
+                    evaluate(config)
+        """,
+        "utils.py": """
+            def sample2dir(path, n_samples, batch_size, sample_fn):
+                for _ in range(n_samples // batch_size):
+                    samples = sample_fn(batch_size)
+                    save(samples, path)
+        """,
+        "evaluate.py": """
+            import torch
+            import utils
+            import solver
+
+            model = torch.nn.Linear(4, 4).cuda()
+
+            def evaluate(config):
+                def sample_fn(n):
+                    x = torch.randn(n, 4, device="cuda")
+                    return solver.sample(model, x)
+                utils.sample2dir(config.path, config.n_samples, 8, sample_fn)
+        """,
+        "solver.py": """
+            import torch
+
+            def sample(model_fn, x, orders=(3, 3, 2, 1), skip_type="logSNR"):
+                timesteps = get_time_steps(skip_type, len(orders), x.device)
+                for i, order in enumerate(orders):
+                    vec = torch.ones((x.shape[0],)).to(x.device) * timesteps[i]  # expect: LA205
+                    x = update(model_fn, x, vec, order)
+                return x
+
+            def update(model_fn, x, t, order):
+                for _ in range(order):
+                    x = x - model_fn(x + t[:, None])
+                return x
+
+            def get_time_steps(skip_type, n, device):
+                if skip_type == "logSNR":
+                    return torch.linspace(0.0, 1.0, n + 1).to(device)  # expect: LA205
+                elif skip_type == "time_uniform":
+                    return torch.linspace(1.0, 0.0, n + 1).to(device)
+                else:
+                    return torch.ones(n + 1).to(device)
+        """,
+    },
+    "a function whose steps a CUDA script runs works on CUDA, though it never names a device": {
+        "main.py": """
+            import torch
+            from engine import train_one_epoch
+
+            model = torch.nn.Linear(4, 4).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                train_one_epoch(model, optimizer, steps=100)
+        """,
+        "engine.py": """
+            import torch
+
+            def train_one_epoch(model, optimizer, steps):
+                for i in range(steps):
+                    loss = model(torch.randn(8, 4)).sum()
+                    loss.backward()
+                    optimizer.step()
+                    print(loss.item())  # expect: LA101
+        """,
+    },
+    "only the arms that a caller's option (or its default) selects run per step": {
+        "train.py": """
+            import torch
+            from schedule import NoiseSchedule, diffusion_loss
+
+            model = torch.nn.Linear(4, 4).cuda()
+            schedule = NoiseSchedule("discrete")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                x = x.cuda(non_blocking=True)
+                loss = diffusion_loss(model, schedule, x, adaptive=False)
+                loss.backward()
+                optimizer.step()
+        """,
+        "schedule.py": """
+            import torch
+
+            class NoiseSchedule:
+                def __init__(self, kind="linear"):
+                    self.kind = kind
+
+                def lam(self, t):
+                    if self.kind == "linear":
+                        return torch.zeros((1,)).to(t)
+                    elif self.kind == "discrete":
+                        return torch.ones((1,)).to(t)  # expect: LA205
+                    else:
+                        return torch.full((1,), 2.0).to(t)
+
+            def diffusion_loss(model, schedule, x, adaptive=True):
+                t = torch.rand(x.shape[0], device=x.device)
+                if adaptive:
+                    t = t + torch.rand(1).to(x.device)
+                return model(x).sum() * schedule.lam(t).sum()
+        """,
+    },
 }
 
 

@@ -397,6 +397,94 @@ CASES = {
                 metrics = train(x, y)
                 print(metrics["loss"].item())  # per-step
         """,
+    "only the arms a caller's option or the default selects are per-step": """
+        import torch
+        model = model.cuda()
+        class Head(torch.nn.Module):
+            def __init__(self, kind="linear"):
+                super().__init__()
+                self.kind = kind
+            def forward(self, x):
+                if self.kind == "linear":
+                    print(x.sum().item())
+                elif self.kind in ("mlp", "conv"):
+                    print(x.mean().item())  # per-step
+                else:
+                    print(x.max().item())
+                return x
+        head = Head(kind="mlp").cuda()
+        def step(x, skip_type="logSNR", adaptive=False, log=True):
+            if skip_type == "logSNR":
+                print(x.sum().item())  # per-step
+            elif skip_type == "uniform":
+                print(x.mean().item())
+            if adaptive:
+                print(x.max().item())
+            if not log:
+                print(x.min().item())
+            loss = head(model(x)).sum()
+            loss.backward()
+            optimizer.step()
+        def run(loader, skip_type, **extra):
+            for x, y in loader:
+                step(x.cuda(non_blocking=True), skip_type=skip_type, adaptive=False, **extra)
+        run(train_loader, "logSNR", log=False)
+        """,
+    "a loop that runs the model on each item with autograd off is an evaluation step": """
+        import torch
+        model = model.cuda()
+        def forward(model, generator):
+            outputs = []
+            for n, batch in enumerate(generator):
+                x = torch.as_tensor(batch["waveform"]).cuda(non_blocking=True)
+                with torch.no_grad():
+                    out = model(x)
+                outputs.append(out["clipwise"].sum().item())  # per-step
+            for name in names:
+                print(torch.zeros(1).cuda().item())
+            return outputs
+        """,
+    "a flag the code sets to a literal selects its arms": """
+        import torch
+        model = model.cuda()
+        classify = False
+        use_ema = True
+        for x, y in train_loader:
+            loss = model(x.cuda(non_blocking=True)).sum()
+            loss.backward()
+            optimizer.step()
+            if classify:
+                print(loss.item())
+            if use_ema:
+                print(loss.detach().item())  # per-step
+        """,
+    "an option no literal states makes every arm per-step": """
+        import torch
+        model = model.cuda()
+        def step(x, mode):
+            if mode == "a":
+                print(x.sum().item())  # per-step
+            else:
+                print(x.mean().item())  # per-step
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        for x, y in train_loader:
+            step(x.cuda(non_blocking=True), args.mode)
+        """,
+    "a function handed in and called once per iteration of a loop runs per step": """
+        import torch
+        model = model.cuda()
+        def sample_fn(n):
+            x = model(torch.randn(n, 4, device="cuda"))
+            print(x.sum().item())  # per-step
+            return x
+        def sample_all(total, batch_size, fn):
+            n_batches = total // batch_size
+            for _ in range(n_batches):
+                save(fn(batch_size))
+        sample_all(50000, 500, sample_fn)
+        """,
 }
 
 

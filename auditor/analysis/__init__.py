@@ -5,6 +5,7 @@ values live on the device.
 - `stepmodel`: the per-step model: the project call graph walked from step loops, evaluation loops
   and framework hooks, each reached function keeping one shortest chain for its findings.
 - `project`: the same facts across the modules of a project (imports, classes, settings, devices).
+- `options`: the arms of code a parameter's or setting's value selects (`if skip_type == 'logSNR':`).
 - `tensors` and `device`: device provenance, i.e. which values are tensors and where they live.
 - `names`, `walk`, `patterns`, `constants`: the vocabulary the others share.
 

@@ -22,7 +22,8 @@ import libcst as cst
 
 from .names import ImportTable, dotted_name, terminal_name
 from .walk import walk
-from .patterns import is_other_device_test, is_debug_test, is_off_by_default, is_periodic_test, is_rare_branch, is_training_call
+from .options import constant_flag, option_test
+from .patterns import is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call
 
 
 class FrameKind(enum.Enum):
@@ -33,8 +34,8 @@ class FrameKind(enum.Enum):
     PERIODIC = "periodic"  # the body of `if step % N == 0:` and its kin
     RARE = "rare"  # exception handlers, `if bad: raise`, a loop's `else`: not the common path
     DEFERRED = "deferred"  # a lambda's body: it runs when something calls it, usually later
-    # the body of `if warm_start:` on a parameter declared `warm_start=False`: per-step only when a
-    # caller turns the option on (stepmodel decides)
+    # an arm a parameter's value selects (`if warm_start:`, `elif skip_type == 'logSNR':`): per-step
+    # only when a caller's value (or the default) takes it (options.py; stepmodel decides)
     OPTION = "option"
     WITH = "with"  # the body of a `with` block: as its parent for the per-step model; rules read its items
 
@@ -263,6 +264,13 @@ class ModuleIndex:
     # id(name) -> (order, block, innermost loop of its function) for every name read or written:
     # where it stands among the bindings
     uses: dict[int, tuple[int, int, LoopInfo | None]] = field(default_factory=dict)
+    # id(else) -> the `if` and `elif`s before an `else:` whose tests all read one option (options.py):
+    # the arm runs for the values none of them takes
+    else_chains: dict[int, list[cst.If]] = field(default_factory=dict)
+    # container name -> (value, scope) of each `name[key] = value` (tensors.py reads the elements)
+    element_writes: dict[str, list[tuple[cst.BaseExpression, Scope]]] = field(default_factory=dict)
+    # id(statement block) -> id of the block it is nested in (the module's for the outermost)
+    block_parents: dict[int, int] = field(default_factory=dict)
 
 
 class _Indexer:
@@ -278,6 +286,7 @@ class _Indexer:
         # Each entry remembers what on_visit_attribute changed, so on_leave_attribute can undo it.
         self._undo: list[tuple | None] = []
         self._immediate_lambdas: set[int] = set()
+        self._chains: dict[int, list[cst.If]] = {}  # id(elif or else) -> the `if`s before it in its chain
 
     # --- structure -----------------------------------------------------------------------------
 
@@ -295,6 +304,7 @@ class _Indexer:
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
         if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            self.index.block_parents[id(node)] = self.block
             self._push(self.frame, block=id(node))
             return
         if isinstance(node, (cst.For, cst.While)):
@@ -309,14 +319,22 @@ class _Indexer:
             if is_periodic_test(node.test, self.loop, self.periodic_names):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
-            if is_off_by_default(node.test, self.function.node if self.function is not None else None):
-                self._push(Frame(FrameKind.OPTION, self.frame, node))
-                return
             if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
                 node.test, self.function.node if self.function is not None else None
             ):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
+            if option_test(node.test, self.function.node if self.function is not None else None) is not None or (
+                constant_flag(node.test, self.scope) is not None
+            ):
+                self._push(Frame(FrameKind.OPTION, self.frame, node))  # an arm an option selects (options.py)
+                return
+        elif isinstance(node, cst.If) and attribute == "orelse" and node.orelse is not None:
+            self._chains[id(node.orelse)] = [*self._chains.get(id(node), ()), node]
+        elif isinstance(node, cst.Else) and attribute == "body" and self._option_chain(self._chains.get(id(node), [])):
+            self.index.else_chains[id(node)] = self._chains[id(node)]
+            self._push(Frame(FrameKind.OPTION, self.frame, node))  # `else:` after `if mode == 'a': ... elif ...`
+            return
         elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)) and attribute == "body":
             self._push(Frame(FrameKind.RARE, self.frame, node))
             return
@@ -334,6 +352,12 @@ class _Indexer:
             self._push(Frame(FrameKind.CLASS, self.frame, node, class_info=self.index.classes[node.name.value]))
             return
         self._undo.append(None)
+
+    def _option_chain(self, chain: list[cst.If]) -> bool:
+        """Do all the tests of an `if`/`elif` chain read the same option?"""
+        function = self.function.node if self.function is not None else None
+        tests = [option_test(branch.test, function) for branch in chain]
+        return bool(tests) and all(test is not None and test.param == tests[0].param for test in tests)
 
     def _called_at_once(self, node: cst.Lambda) -> bool:
         """`sorted(xs, key=lambda t: t.item())` runs the lambda right away; `hook = lambda: ...` does not."""
@@ -511,6 +535,9 @@ class _Indexer:
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Subscript):
             self.index.stored_subscripts.add(id(target))
+            if isinstance(target.value, cst.Name):
+                # `meta[key] = val.cuda()`: what the container's elements may hold from here on
+                self.index.element_writes.setdefault(target.value.value, []).append((value, self.scope))
         elif self._bind_self_attribute(target, Binding("value", value, self.scope, loop=self._here(), block=self.block)):
             self.index.bound_names.setdefault(id(value), ("self." + target.attr.value, self.scope))  # type: ignore[attr-defined]
         elif isinstance(target, cst.Name):
@@ -596,7 +623,7 @@ _CALLS_LAMBDA_AT_ONCE = frozenset({"map", "filter", "sorted", "min", "max", "any
 _STRUCTURAL = frozenset({
     cst.IndentedBlock, cst.SimpleStatementSuite,
     cst.With,
-    cst.For, cst.While, cst.If, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef, cst.Lambda,
+    cst.For, cst.While, cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef, cst.Lambda,
 })
 
 

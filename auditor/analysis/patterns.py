@@ -206,15 +206,6 @@ def _on_by_default(name: str, function: cst.FunctionDef | None) -> bool:
     )
 
 
-def is_off_by_default(test: cst.BaseExpression, function: cst.FunctionDef | None) -> bool:
-    """`if warm_start:` where the function declares `warm_start=False`: an option its callers must
-    turn on, or the run never takes the branch."""
-    if not isinstance(test, cst.Name):
-        return False
-    default = param_default(function, test.value)
-    return isinstance(default, cst.Name) and default.value == "False"
-
-
 # Devices other than CUDA, as `torch.device(...).type` names them, and the flags scripts keep for them.
 _OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "mps", "hpu", "mlu", "tpu", "xla", "musa"})
 _OTHER_DEVICE_FLAG = re.compile(r"(?i)^(is|use|on|using)_(cpu|npu|xpu|mps|hpu|mlu|tpu|xla|musa)$")

@@ -31,6 +31,7 @@ from .constants import At, declared_defaults, setting_value
 from .device import names_cuda
 from .module_index import FrameKind, Signature
 from .names import dotted_name
+from .options import UNREAD, literal
 from ..positions import source_lines
 
 if TYPE_CHECKING:
@@ -89,6 +90,14 @@ class ProjectFacts:
     # when the prefilter sees no step code in it. Or it defines a model in a repository that trains
     # on CUDA, whose caller may be one the scan cannot follow (derive_facts).
     reached: bool = False
+    # (qualname, parameter): a function of this module whose callers elsewhere pass, for a parameter it
+    # calls, a function that does a step's work (a callback that runs the model: `sample2dir(...,
+    # sample_fn)`); a loop calling it on every iteration is then a step loop
+    passed_step_work: tuple[tuple[str, str], ...] = ()
+    # (qualname, parameter, tag, value): what the callers in other modules pass for a parameter that
+    # selects an arm of a function of this module (options.py): tag "=" a literal value, "default"
+    # left out, "unread" something that cannot be read statically
+    option_values: tuple[tuple[str, str, str, object], ...] = ()
 
     def demand_analysis(self) -> bool:
         """Does the project need the module analysed whatever it looks like? Its step loop, its torch
@@ -101,7 +110,8 @@ class ProjectFacts:
         about steps matter (CUDA and values change no finding there, and no summary)."""
         steps = (
             self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.returned_uses,
-            self.argument_values, self.imports_training, self.active, self.reached,
+            self.argument_values, self.imports_training, self.active, self.reached, self.passed_step_work,
+            self.option_values,
         )
         if not self.active:
             return steps
@@ -128,6 +138,8 @@ class ProjectFacts:
             imports_training=self.imports_training or newer.imports_training,
             active=self.active or newer.active,
             reached=self.reached or newer.reached,
+            passed_step_work=tuple(sorted(set(self.passed_step_work) | set(newer.passed_step_work))),
+            option_values=tuple(sorted(set(self.option_values) | set(newer.option_values), key=repr)),
         )
 
     def reaches_project(self, target: str) -> bool:
@@ -157,6 +169,11 @@ class CallEdge:
     # Resolved by the method's name alone (derive_facts sets it on the edges it fans out): a guess good
     # enough to follow the step, not to carry CUDA from one module to another.
     by_name: bool = False
+    # (position or keyword, qualname, does a step's work, holds a step loop) of each argument that names
+    # a function of the caller's module (a callback: `sample2dir(..., sample_fn)`)
+    callables: tuple[tuple[str, str, bool, bool], ...] = ()
+    # (position or keyword, tag, value) of each argument: tag "=" with a literal's value, else "unread"
+    literals: tuple[tuple[str, str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,10 @@ class FunctionFacts:
     loader_settings: tuple[str, ...] = ()  # parameters it passes on as a DataLoader's arguments (`num_workers=workers`)
     abstract: bool = False  # a method a subclass must provide: `pass`, `...` or `raise NotImplementedError` only
     signature: Signature = Signature()  # what calls it accepts (a call resolved by method name must fit)
+    # (parameter, why the call runs per step) for each parameter it calls per step: a callback
+    # (`def run(step_fn): for b in loader: step_fn(b)`), entered per step in the module that passes it
+    called_params: tuple[tuple[str, str], ...] = ()
+    options: tuple[str, ...] = ()  # parameters whose value selects an arm of its code (options.py)
 
 
 @dataclass(frozen=True)
@@ -218,8 +239,8 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             continue  # a nested function is only reached through its enclosing one (or as a factory's product)
         for made in steps.returned_functions(function):
             factories[qualname] = f"{qualname}.{made.name}"
-            functions[factories[qualname]] = _function_facts(steps, made)
-        functions[qualname] = _function_facts(steps, function)
+            functions[factories[qualname]] = _function_facts(steps, made, describe)
+        functions[qualname] = _function_facts(steps, function, describe)
     returns = {}
     for function in index.functions:
         if function.qualname in functions and function.returns:
@@ -259,11 +280,24 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             if cls is not None:
                 classes.append((key, cls))
         starred = any(arg.star for arg in site.call.args)
+        callables = tuple(
+            (arg.keyword.value if arg.keyword is not None else str(position), function.qualname,
+             steps.function_does_step_work(function), steps.has_step_loop(function))
+            for position, arg in enumerate(site.call.args) if not arg.star
+            for function in steps.local_functions(arg.value, site.scope)[:1]
+        )
+        literals = tuple(
+            (arg.keyword.value if arg.keyword is not None else str(position), "unread" if value is UNREAD else "=",
+             None if value is UNREAD else value)
+            for position, arg in enumerate(site.call.args) if not arg.star
+            for value in (literal(arg.value),)
+        )
         edges.append(CallEdge(
             target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes), _result_uses(steps, site),
             tuple(values), _outermost_class(site.frame),
             -1 if starred else sum(1 for arg in site.call.args if arg.keyword is None),
             tuple(arg.keyword.value for arg in site.call.args if arg.keyword is not None),
+            callables=callables, literals=literals,
         ))
     step_loops = [loop for loop in index.loops if steps.is_step_loop(loop)]
     has_hook = any(steps.hook_name(function) is not None for function in index.functions)
@@ -352,7 +386,13 @@ def _returned_on(steps: StepModel, scope, name: str) -> list[tuple[bool, bool]]:
     return steps.returned_uses_of(function, lambda expr: isinstance(expr, cst.Name) and expr.value == name)
 
 
-def _function_facts(steps: StepModel, function) -> FunctionFacts:
+def _function_facts(steps: StepModel, function, describe) -> FunctionFacts:
+    called = {}
+    for site in function.all_calls:
+        parameter = steps.called_parameter(site)
+        reason = steps.reason(site.frame) if parameter is not None and parameter[0] is function else None
+        if reason is not None:
+            called.setdefault(parameter[1], describe(reason, site.call))
     return FunctionFacts(
         steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function),
         function.positional_params,
@@ -360,6 +400,8 @@ def _function_facts(steps: StepModel, function) -> FunctionFacts:
         _loader_settings(steps, function),
         _is_abstract(function),
         function.signature,
+        tuple(sorted(called.items())),
+        steps.option_params(function),
     )
 
 
@@ -774,10 +816,27 @@ def derive_facts(
     loops: dict[str, set[str]] = {}
     work: dict[str, set[str]] = {}
     entered: dict[str, dict[str, str]] = {}
+    passed: dict[str, set[tuple[str, str]]] = {}
+    selecting: dict[str, set[tuple[str, str, str, object]]] = {}  # option_values, by module
     for path, edges in resolved.items():
         for edge, file, qualname in edges:
             target = summaries[file].functions.get(qualname) if file in summaries else None
             if target is not None:
+                # Callbacks: a function handed to `qualname` for a parameter it calls.
+                called = dict(target.called_params)
+                for key, callback, does_work, holds_loop in edge.callables:
+                    param = _parameter_named(target.params, key)
+                    if does_work and not holds_loop:
+                        passed.setdefault(file, set()).add((qualname, param))
+                    if param in called and called[param].count(" → ") <= MAX_HOPS:
+                        entered.setdefault(path, {}).setdefault(callback, called[param])
+                # What the call passes for the parameters that select arms of the target's code.
+                for param in target.options:
+                    position = str(target.params.index(param)) if param in target.params else None
+                    passed_value = next(((tag, value) for key, tag, value in edge.literals if key in (param, position)), None)
+                    if passed_value is None:
+                        passed_value = ("default", None)  # left out (or out of sight in `**kwargs`)
+                    selecting.setdefault(file, set()).add((qualname, param, *passed_value))
                 for known, found in ((trains, target.trains), (loops, target.has_step_loop), (work, target.step_work)):
                     if found:
                         known.setdefault(path, set()).add(edge.target)
@@ -882,6 +941,8 @@ def derive_facts(
             active=path in active,
             reached=path in reached,
             command_line_defaults=options if path in active else (),
+            passed_step_work=tuple(sorted(passed.get(path, ()))),
+            option_values=tuple(sorted(selecting.get(path, ()), key=repr)),
         )
     return facts
 
@@ -1115,7 +1176,8 @@ def _split_cuda_evidence(layout: ProjectLayout, resolved, summaries: dict[str, M
 
 def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[str] = frozenset()) -> dict[str, bool]:
     """CUDA flows from a module that targets it into the modules it calls per step, hands a device
-    to, or takes a DataLoader from that its step loops then iterate. It also flows up, to a module whose
+    to, calls to run their steps (`train_one_epoch(model, optimizer)`), or takes a DataLoader from
+    that its step loops then iterate. It also flows up, to a module whose
     steps call into one that targets CUDA itself (train.py's loop calling a trainer whose model is moved
     with `.cuda()`), or that hands such a module the loader its step loop iterates: that loop, that
     loader, drive the GPU. Only up from a module's own evidence, not from what
@@ -1143,11 +1205,20 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[st
         for path, edges in resolved.items():
             if not cuda.get(path):
                 continue
-            for edge, file, _ in edges:
-                if not edge.by_name and (edge.per_step or edge.passes_device or edge.result_uses) and not cuda.get(file):
+            for edge, file, qualname in edges:
+                if not edge.by_name and not cuda.get(file) and (
+                    edge.per_step or edge.passes_device or edge.result_uses or _runs_steps(summaries, file, qualname)
+                ):
                     cuda[file] = True
                     changed = True
     return cuda
+
+
+def _runs_steps(summaries: dict[str, ModuleSummary], file: str, qualname: str) -> bool:
+    """Does the called function train or hold a step loop (`train_one_epoch(model, optimizer)`)? Its
+    steps run on whatever the CUDA caller hands it: the model it moved, the tensors it made there."""
+    target = summaries[file].functions.get(qualname) if file in summaries else None
+    return target is not None and (target.trains or target.has_step_loop)
 
 
 def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> bool:

@@ -26,6 +26,7 @@ import libcst as cst
 from .module_index import (
     Binding, CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope, argument_at, argument_for,
 )
+from .options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
 from .project import ProjectFacts
 from .names import dotted_name, terminal_name
 from .walk import iter_subtree
@@ -70,6 +71,7 @@ _KNOWN_LIBRARIES = frozenset({
     "random", "itertools", "functools", "pathlib", "tqdm", "pandas", "PIL", "cv2", "torchvision",
     "wandb", "tensorboardX", "argparse", "copy", "datetime", "threading", "multiprocessing", "queue",
     "scipy", "sklearn", "transformers", "accelerate", "gym", "gymnasium", "matplotlib", "csv", "pickle",
+    "diffusers", "timm", "peft",
 })
 
 
@@ -162,11 +164,25 @@ class StepModel:
         self._step_work: dict[int, bool] = {}
         self._guarded_calls: dict[int, list[CallSite]] | None = None  # id(periodic frame) -> the calls in its body
         self._by_name: dict[int, bool] = {}  # id(call) -> whether it resolves by the method's name
+        self._options: dict[tuple[int, int], tuple[str, ...]] = {}  # option_params, by function and depth
         self._entered: dict[int, str] = self._entered_from_elsewhere()
         self._engine_hooks: dict[int, str] = self._find_engine_hooks()
         for site in index.calls:
             for function in self.resolve(site):
                 function.call_sites.append(site)
+        # Callbacks, once every call is resolved: `def run(step_fn): ... step_fn(batch)` called as
+        # `run(train_step)` enters `train_step` wherever `run` calls its parameter.
+        self._passed: dict[int, list[FunctionInfo]] = {}  # id(call of a parameter) -> the functions passed
+        for site in index.calls:
+            passed = self._passed_functions(site)
+            if passed:
+                self._passed[id(site.call)] = passed
+                self._resolved[id(site.call)] = [*self._resolved[id(site.call)], *passed]
+                for function in passed:
+                    function.call_sites.append(site)
+        # What a parameter holds is known only now that every call site is (`_parameter_class`):
+        # decide again whether a method call on it goes by the method's name.
+        self._by_name.clear()
         # Settle every loop once, in source order, so that answers never depend on which rule asked first.
         for loop in index.loops:
             self.is_step_loop(loop)
@@ -231,6 +247,99 @@ class StepModel:
                 return owners if len(owners) == 1 else []
         return []
 
+    def called_parameter(self, site: CallSite) -> tuple[FunctionInfo, str] | None:
+        """`fn(...)` where `fn` is a parameter of the function making the call (and never rebound
+        there): that function and the parameter. A callback its callers pass in
+        (`def sample2dir(n, sample_fn): ... sample_fn(n)`)."""
+        func = site.call.func
+        if not isinstance(func, cst.Name):
+            return None
+        found = site.scope.lookup(func.value)
+        if found is None or found[0] or found[1].function is None:
+            return None
+        function = self._by_node.get(id(found[1].function))
+        return (function, func.value) if function is not None else None
+
+    def _passed_functions(self, site: CallSite) -> list[FunctionInfo]:
+        """The functions of this module that the callers of a function pass for the parameter `site`
+        calls (`run(train_step)` for `def run(step_fn): ... step_fn(b)`)."""
+        called = self.called_parameter(site)
+        if called is None:
+            return []
+        function, param = called
+        found: list[FunctionInfo] = []
+        for caller in function.call_sites:
+            arg = argument_for(function, param, caller.call)
+            if isinstance(arg, cst.Name):
+                found.extend(f for f in self.local_functions(arg, caller.scope) if f not in found)
+        return found
+
+    def local_functions(self, expr: cst.BaseExpression, scope: Scope) -> list[FunctionInfo]:
+        """The functions of this module (top-level or nested) a bare name passed as a value names:
+        `sample_fn` in `sample2dir(..., sample_fn)`. None when the name is a variable there."""
+        if not isinstance(expr, cst.Name) or scope.lookup(expr.value) is not None:
+            return []
+        return list(self._functions_by_name.get(expr.value, ()))
+
+    def _runs_passed_step(self, loop: LoopInfo) -> bool:
+        """Does every iteration call a callback that does a step's work (and holds no step loop of
+        its own): `for n in amortize(total, size): samples = sample_fn(n)`, whose callers pass a
+        `sample_fn` that runs the model? The callers may be here or in other modules (ProjectFacts)."""
+        for site in loop.direct_calls:
+            if not _on_every_iteration(site.frame, loop.frame):
+                continue
+            called = self.called_parameter(site)
+            if called is None:
+                continue
+            if any(
+                self.function_does_step_work(f) and not self.has_step_loop(f) for f in self._passed.get(id(site.call), ())
+            ):
+                return True
+            if self.facts is not None and (called[0].qualname, called[1]) in self.facts.passed_step_work:
+                return True
+        return False
+
+    def option_params(self, function: FunctionInfo, depth: int = 0) -> tuple[str, ...]:
+        """The parameters whose value selects an arm of code (options.py): those the function's own
+        `if`s compare with literals (`if skip_type == 'logSNR':`); for an `__init__`, those it stores
+        in a setting a method of the class compares (`self.schedule = schedule`); and those it hands
+        on to such a parameter of a function or class of this module (`InterestEvolving(...,
+        gru_type=gru_type)`). Other modules' callers report what they pass for these."""
+        key = (id(function), depth)
+        if key in self._options:
+            return self._options[key]
+        self._options[key] = ()
+        found = {test.param for test in _option_tests(function)}
+        cls = function.class_info
+        if function.name == "__init__" and cls is not None:
+            settings = {test.param[5:] for method in cls.methods.values() for test in _option_tests(method)}
+            for attribute in settings & cls.attributes.keys():
+                found.update(
+                    b.value.value for b in cls.attributes[attribute]
+                    if b.kind == "value" and isinstance(b.value, cst.Name) and b.value.value in function.scope.params
+                )
+        if depth < 3:
+            for site in function.all_calls:
+                func = site.call.func
+                made = self.index.classes.get(func.value) if isinstance(func, cst.Name) else None
+                init = made.methods.get("__init__") if made is not None else None
+                for target in [init] if init is not None else self.resolve(site):
+                    for param in self.option_params(target, depth + 1):
+                        passed = argument_for(target, param, site.call)
+                        if isinstance(passed, cst.Name) and passed.value in function.scope.params:
+                            found.add(passed.value)
+        answer = tuple(sorted(name for name in found if not name.startswith("self.")))
+        self._options[key] = answer
+        return answer
+
+    def _constructions(self, cls: ClassInfo) -> list[CallSite]:
+        """The calls of this module that construct `cls` by its name."""
+        return [
+            site for site in self.index.calls
+            if isinstance(site.call.func, cst.Name) and site.call.func.value == cls.name
+            and self.index.classes.get(cls.name) is cls and site.scope.lookup(cls.name) is None
+        ]
+
     def by_name(self, site: CallSite) -> bool:
         """Is this method call one to resolve by the method's name? Its receiver's class is unknown, yet
         nothing says it is no object of the project: not a module, a container, a string or number, nor
@@ -259,6 +368,8 @@ class StepModel:
             return True
         if isinstance(receiver, cst.Call):
             return self._foreign_value(receiver)
+        if self._library_class(self.class_of(receiver, scope)):
+            return True  # `pipe = Lumina2Pipeline.from_pretrained(...)` ... `pipe.encode_prompt(...)`
         if isinstance(receiver, cst.Name):
             found = scope.lookup(receiver.value)
             if found is None:
@@ -271,6 +382,14 @@ class StepModel:
             return self.index.imports.qualify(receiver) is not None  # `np.random`, `torch.cuda`
         values = [b.value for b in bindings if b.kind == "value"]
         return bool(values) and len(values) == len(bindings) and all(self._foreign_value(v) for v in values)
+
+    def _library_class(self, cls: str | None) -> bool:
+        """Is this class (as class_of names it) a known library's, not the project's?"""
+        if cls is None or cls.startswith(("<local>.", "@")):
+            return False
+        root = cls.split(".", 1)[0]
+        roots = self.facts.roots if self.facts is not None else frozenset()
+        return root in _KNOWN_LIBRARIES and root not in roots
 
     def _foreign_value(self, value: cst.BaseExpression) -> bool:
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
@@ -436,6 +555,8 @@ class StepModel:
             if found is None:
                 return None
             bindings, owner = found
+            # `pipe = pipe.to(device)` keeps what the name held: the parameter's class, if it is one
+            bindings = [b for b in bindings if not _moves_itself(b, expr.value)]
             if not bindings and expr.value in owner.params:
                 return self._parameter_class(expr.value, owner, depth)
         elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
@@ -494,6 +615,14 @@ class StepModel:
             if made is not None:
                 return made  # `model = self.exp.get_model()`: what another module's function returns
         name = terminal_name(value.func) or ""
+        if name in _ALTERNATE_CONSTRUCTORS and isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Name):
+            # `Ner.from_pretrained(path)`, `Model.load_from_checkpoint(ckpt)`: an instance of that
+            # class (a library's too: `self.tokenizer = CLIPTokenizer.from_pretrained(...)` says the
+            # attribute holds no class of the project, though another module's `tokenizer` does).
+            owner = value.func.value.value
+            if owner in self.index.classes and scope.lookup(owner) is None:
+                return f"<local>.{owner}"
+            return self.index.imports.qualify(value.func.value)
         if looks_like_class(name):
             if qualified is not None:
                 return qualified
@@ -659,10 +788,14 @@ class StepModel:
             return False  # an epoch loop (or an outer loop over splits, models, ...)
         if self.iterates_loader(loop) or self.fetches_batch(loop):
             return True
+        if self._runs_passed_step(loop):
+            return True  # `for n in sizes: sample_fn(n)`, a callback that runs the model
         if self.walks_data(loop) and self.does_step_work(loop.all_calls):
             return True  # an inference or evaluation loop over samples, files or a batch generator
         if self._evaluates_each_item(loop):
             return True  # `for state in val_mem: qs.append(dqn.evaluate_q(state))`
+        if self._runs_model_on_items(loop):
+            return True  # `for n, batch in enumerate(generator): ... with torch.no_grad(): model(x)`
         # A loop that only *looks* like it counts steps (`while num_iters < n`, `for b in
         # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
         # Not inside a model's own methods: there a counted loop unrolls the computation (an
@@ -692,6 +825,31 @@ class StepModel:
             for function in targets:
                 if self._evaluates(function) and self.function_does_step_work(function):
                     return True
+        return False
+
+    def _runs_model_on_items(self, loop: LoopInfo) -> bool:
+        """Does every iteration run a forward pass with autograd off on data drawn from the loop's item,
+        whatever the items come from (audioset's `for n, batch_data_dict in enumerate(generator):`,
+        with a `generator` two modules away from its DataLoader)? Each iteration is then an
+        evaluation step. Not a count (`for i in range(n)`: counts_steps decides), nor a few settings
+        written out, nor a loop inside a model (which unrolls one forward)."""
+        if not isinstance(loop.node, cst.For) or (counted_range(loop) is not None and indexed_walk(loop) is None):
+            return False
+        walked = unwrap_iterable(loop.node.iter)
+        if not walked or any(isinstance(expr, (cst.List, cst.Tuple, cst.Set, cst.Dict)) for expr in walked):
+            return False
+        if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
+            return False
+        drawn = _drawn_in(loop)
+        for site in loop.direct_calls:
+            name = terminal_name(site.call.func) or ""
+            if not (calls_a_model(name) and name not in self.index.classes) or not _on_every_iteration(site.frame, loop.frame):
+                continue
+            # The model's input is the item's data: `for scale in scales: model(resize(x, scale_factor=scale))`
+            # and `for alpha in alphas: generator(x, lerp(a, b, alpha))` vary a setting over one input.
+            first = next((arg.value for arg in site.call.args if arg.keyword is None and not arg.star), None)
+            if first is not None and _data_of(first) & drawn and self.under_no_grad(site.frame):
+                return True
         return False
 
     def _evaluates(self, function: FunctionInfo) -> bool:
@@ -729,6 +887,9 @@ class StepModel:
             for function in self.resolve(site):
                 if id(function) not in seen and self.function_does_step_work(function, seen):
                     return True
+            called = self.called_parameter(site) if self.facts is not None else None
+            if called is not None and (called[0].qualname, called[1]) in self.facts.passed_step_work:
+                return True  # a callback that callers in other modules pass: one that runs a model
         return self._known_elsewhere("step_work", calls)
 
     def function_does_step_work(self, function: FunctionInfo, seen: frozenset = frozenset()) -> bool:
@@ -1220,8 +1381,8 @@ class StepModel:
     def _reason(self, frame: Frame) -> StepReason | None:
         kind = frame.kind
         if kind is FrameKind.OPTION:
-            # `if warm_start:` on a parameter declared False: per-step only if some caller passes it
-            return self.reason(frame.parent) if frame.parent is not None and self._option_passed(frame) else None
+            # `if warm_start:`, `elif skip_type == 'logSNR':`: per-step only if a caller's value selects it
+            return self.reason(frame.parent) if frame.parent is not None and self._option_taken(frame) else None
         if kind is FrameKind.PERIODIC and self._guards_training(frame):
             # `if T % replay_frequency == 0: agent.learn(mem)`, `if (i + 1) % accumulate == 0:
             # optimizer.step()`: the guard sets the training step's cadence; its body is the step.
@@ -1255,18 +1416,91 @@ class StepModel:
             self._trains_at(site) for site in loop.all_calls if _on_every_iteration(site.frame, loop.frame)
         )
 
-    def _option_passed(self, frame: Frame) -> bool:
-        """Does any caller of the function pass the option its `if` tests (here, or in another module)?"""
-        name = frame.node.test.value  # type: ignore[attr-defined]
+    def _option_taken(self, frame: Frame) -> bool:
+        """Can the callers select this arm: does a value they pass for the parameter its `if` tests,
+        or the default where they leave it out, take it? (options.py)"""
         function = frame.enclosing_function()
+        flag = constant_flag(frame.node.test, function.scope if function is not None else self.index.module_scope) if isinstance(frame.node, cst.If) else None  # type: ignore[attr-defined]
+        if flag is not None:
+            # `classify = False` ... `if classify:`: what the code itself sets, wherever it sets it
+            found = (function.scope if function is not None else self.index.module_scope).lookup(flag)
+            values = {literal(b.value) if b.kind == "value" else UNREAD for b in found[0]} if found else {UNREAD}
+            negated = isinstance(frame.node.test, cst.UnaryOperation)  # type: ignore[attr-defined]
+            return any(value is UNREAD or bool(value) != negated for value in values)
         if function is None:
             return True
-        if any(argument_for(function, name, site.call) is not None for site in function.call_sites):
+        if isinstance(frame.node, cst.Else):
+            # `else:` after `if schedule == 'linear': ... elif ...`: for the values no test before it takes
+            tests = [option_test(branch.test, function.node) for branch in self.index.else_chains[id(frame.node)]]
+            test = OptionTest(tests[0].param, lambda value: not any(t.takes(value) for t in tests))  # type: ignore[union-attr]
+        else:
+            test = option_test(frame.node.test, function.node)  # type: ignore[attr-defined]
+        if test is None:
             return True
+        if test.param.startswith("self."):
+            values = self.setting_values(function.class_info, test.param[5:])
+        else:
+            found = function.scope.lookup(test.param)
+            if found is None or found[0]:
+                return True  # assigned anew in the function: the test no longer reads what was passed
+            values = self.parameter_values(function, test.param)
+        return any(value is UNREAD or test.takes(value) for value in values)
+
+    def setting_values(self, cls: ClassInfo | None, attribute: str) -> set:
+        """The values an object's setting can have: what `__init__` stores in `self.<attribute>`, a
+        literal or what the constructions pass for the parameter it stores. UNREAD when another
+        method sets it too, or when a class of this module derives from it (its `super().__init__`
+        may pass anything)."""
+        bindings = cls.attributes.get(attribute, []) if cls is not None else []
+        init = cls.methods.get("__init__") if cls is not None else None
+        if not bindings or init is None or any(b.scope is not init.scope for b in bindings):
+            return {UNREAD}
+        if any(other is not cls and self._inherits(other, cls) for other in self.index.classes.values()):
+            return {UNREAD}
+        values: set = set()
+        for binding in bindings:
+            value = literal(binding.value) if binding.kind == "value" else UNREAD
+            stored = binding.value if binding.kind == "value" and isinstance(binding.value, cst.Name) else None
+            if value is UNREAD and stored is not None and stored.value in init.scope.params and not init.scope.assignments.get(stored.value):
+                values |= self.parameter_values(init, stored.value)
+            else:
+                values.add(value)
+        return values
+
+    def parameter_values(self, function: FunctionInfo, name: str, depth: int = 0) -> set:
+        """The values the callers of `function` pass for its parameter `name`, here and in other
+        modules (UNREAD for one that cannot be read), followed through a caller's own parameter
+        (`get_time_steps(skip_type=skip_type)` in `sample(..., skip_type='logSNR')`). With no caller
+        known, the default."""
+        default = default_of(function.node, name)
         facts = self.facts
-        return facts is not None and any(
-            qualname == function.qualname and param == name for qualname, param, _ in facts.argument_kinds
-        )
+        elsewhere = [
+            (tag, value) for qualname, param, tag, value in (facts.option_values if facts is not None else ())
+            if qualname == function.qualname and param == name
+        ]
+        sites = function.call_sites
+        if function.name == "__init__" and function.class_info is not None:
+            sites = [*sites, *self._constructions(function.class_info)]  # `NoiseScheduleVP(schedule='linear')`
+        if not sites and not elsewhere:
+            return {default}
+        values: set = set()
+        for site in sites[:16]:
+            argument = argument_for(function, name, site.call)
+            if argument is None:
+                # Left out, or inside `*args` / `**kwargs` where it cannot be seen: the default, as an
+                # option that a caller turns on out of sight is no cost this scan can attribute.
+                values.add(default)
+                continue
+            value = literal(argument)
+            forwarded = site.scope.lookup(argument.value) if value is UNREAD and isinstance(argument, cst.Name) else None
+            caller = self.function_info(forwarded[1].function) if forwarded and not forwarded[0] and forwarded[1].function else None
+            if caller is not None and depth < 3:
+                values |= self.parameter_values(caller, argument.value, depth + 1)
+            else:
+                values.add(value)
+        for tag, value in elsewhere:
+            values.add(value if tag == "=" else default if tag == "default" else UNREAD)
+        return values
 
     def _trains_at(self, site: CallSite) -> bool:
         return (
@@ -1377,6 +1611,58 @@ def drawn_from(loop: LoopInfo) -> list[cst.BaseExpression]:
         if isinstance(site.call.func, cst.Name) and site.call.func.value == "next" and site.call.args
     ]
     return drawn
+
+
+def _moves_itself(binding: Binding, name: str) -> bool:
+    """`name = name.to(device)`, `name = name.cuda().eval()`: the same object, moved."""
+    value = binding.value if binding.kind == "value" else None
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
+        value = value.func.value
+    return isinstance(value, cst.Name) and value.value == name and value is not binding.value
+
+
+# Class methods that build an instance of their class (Hugging Face's, Lightning's).
+_ALTERNATE_CONSTRUCTORS = frozenset({"from_pretrained", "from_config", "load_from_checkpoint"})
+
+
+def _option_tests(function: FunctionInfo):
+    """The option tests (options.py) of the `if`s in a function's body."""
+    for node in iter_subtree(function.node.body):
+        if isinstance(node, cst.If) and (test := option_test(node.test, function.node)) is not None:
+            yield test
+
+
+def _drawn_in(loop: LoopInfo) -> set[str]:
+    """The loop's item names and the names its body binds from them (`x = move(batch['waveform'])`)."""
+    drawn = set(loop_target_names(loop.node))
+    bound = [
+        (name, binding.value) for name, bindings in loop.scope.assignments.items() for binding in bindings
+        if binding.loop is loop and binding.kind in ("value", "element")
+    ]
+    for _ in range(3):
+        more = {name for name, value in bound if name not in drawn and _data_of(value) & drawn}
+        if not more:
+            break
+        drawn |= more
+    return drawn
+
+
+def _data_of(expr: cst.BaseExpression) -> set[str]:
+    """The names whose values flow into `expr` as data: not through a keyword argument (a setting,
+    `scale_factor=scale`), nor a tensor's device, dtype or shape (`.to(d.device)`)."""
+    found: set[str] = set()
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            found.add(node.value)
+        elif isinstance(node, cst.Attribute) and node.attr.value in ("device", "dtype", "shape", "ndim"):
+            continue
+        elif isinstance(node, cst.Arg) and node.keyword is not None:
+            continue
+        else:
+            todo.extend(node.children)
+    return found
 
 
 def _on_every_iteration(frame: Frame | None, loop_frame: Frame) -> bool:

@@ -323,13 +323,30 @@ class TensorInference:
         use = self.index.uses.get(id(name))
         if use is None:
             return None
-        order, block, _ = use
+        order, block, read_loop = use
         earlier = [b for b in bindings if b.order < order and not self._contains.holds(b.value, name)]
-        # `loss /= n` updates the value a binding before it made: it does not replace it.
-        last = max((b.order for b in earlier if b.block == block and b.kind != "augment"), default=None)
+        # The innermost block around the read (its own, then the ones it is nested in) that binds the
+        # name before it: `label_ids = label_ids.to('cpu').numpy()` before the loops that read
+        # `label_ids[i][j]`. (`loss /= n` updates the value a binding before it made: no replacement.)
+        # Only a read the rules ask about climbs: reads inside a binding's value keep to their own
+        # block, or following `h = h.float()` in thirty `if`s would walk every path through them.
+        last = None
+        while block is not None:
+            last = max((b for b in earlier if b.block == block and b.kind != "augment"), key=lambda b: b.order, default=None)
+            if last is not None or self._reading is not None:
+                break
+            block = self.index.block_parents.get(block)
         if last is None:
             return None
-        return [b for b in earlier if b.order >= last]
+        seen = [b for b in earlier if b.order >= last.order]
+        # A loop between that binding and the read carries its own later bindings round to the read.
+        between = []
+        loop = read_loop
+        while loop is not None and not _within(last.loop, loop):
+            between.append(loop)
+            loop = loop.parent_loop
+        carried = [b for b in bindings if b.order > order and any(_within(b.loop, around) for around in between)]
+        return seen + carried
 
     def _not_later(self, name: cst.Name, bindings: list[Binding]) -> list[Binding]:
         """A binding later in the function than the read cannot reach it, unless a loop of the function
@@ -550,7 +567,20 @@ class TensorInference:
 
     def _kind_Subscript(self, expr: cst.Subscript, scope: Scope, depth: int) -> Kind:
         inner = self.kind(expr.value, scope, depth)
+        if inner is not Kind.TENSOR and isinstance(expr.value, cst.Name) and self._moved_in_place(expr.value, scope, depth):
+            return Kind.TENSOR  # `for key, val in meta.items(): meta[key] = val.cuda()` ... `meta["boxes"]`
         return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
+
+    def _moved_in_place(self, container: cst.Name, scope: Scope, depth: int) -> bool:
+        """Does the function write device tensors into the container's elements (`meta[key] =
+        val.cuda(non_blocking=True)`, `inputs[i] = inputs[i].cuda()`)?"""
+        found = scope.lookup(container.value)
+        owner = found[1] if found is not None else None
+        return any(
+            where is owner and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("cuda", "to") and self.kind(value, where, depth + 1) is Kind.TENSOR
+            for value, where in self.index.element_writes.get(container.value, ())
+        )
 
     # --- operators -----------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from loopaudit.analysis import Kind
 from loopaudit.call_edits import TRUE, with_keyword
 from loopaudit.rule import Fix, Report, Rule
 from ._loaders import is_host_batch, moves_to_device
-from .created_on_host import DTYPE_METHODS, kept_attribute, model_class, register_buffer_advice
+from .created_on_host import DTYPE_METHODS, host_created, kept_attribute
 
 _CREATION = frozenset({
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",
@@ -45,12 +45,10 @@ class BlockingBatchCopy(Rule):
         "(`model.to(device)`), dtype conversions (`.to(torch.float16)`), `.to(\"cpu\")` and moves of "
         "tensors the script creates itself (LA205) are not flagged, nor are batches of a loader that HF Accelerate "
         "or Fabric prepared (`accelerator.prepare(...)`, `fabric.setup_dataloaders(...)`, also unpacked under new "
-        "names), which arrive on the device already. Two shapes get their own advice: a dtype conversion right "
-        "before the copy (`x.float().to(device)`, `y.long().cuda()`), which converts on the CPU into a new, "
-        "unpinned tensor, so that the batch is better copied first and converted on the GPU; and, in a method "
-        "of an `nn.Module`, an attribute the model sets in `__init__` and copies every step "
-        "(`self.mean.to(x.device)`), which belongs in a buffer (`self.register_buffer`) that `model.to(device)` "
-        "moves once."
+        "names), which arrive on the device already. Nor is a tensor an object keeps from its `__init__` "
+        "(`self.mean.to(x.device)`): LA205 reports that one. A dtype conversion right before the copy "
+        "(`x.float().to(device)`, `y.long().cuda()`) gets its own advice: it converts on the CPU into a new, "
+        "unpinned tensor, so that the batch is better copied first and converted on the GPU."
     )
     why_it_costs = (
         "A host-to-device copy without `non_blocking=True` is synchronous: PyTorch issues "
@@ -63,8 +61,7 @@ class BlockingBatchCopy(Rule):
         "work only when the source is pinned (`pin_memory=True` on the DataLoader); from pageable memory "
         "CUDA first copies the batch into a staging buffer on the CPU. A dtype conversion before the copy "
         "(`labels.long()`) runs on the CPU and writes a new tensor in pageable memory: a pinned batch loses its "
-        "pinning, and the host spends the step's time converting. A tensor a model keeps as a plain attribute "
-        "stays in pageable host memory when the model is moved, and is copied again every step."
+        "pinning, and the host spends the step's time converting."
     )
     example = (
         "for images, labels in train_loader:\n"
@@ -314,23 +311,6 @@ class BlockingBatchCopy(Rule):
         "    loss = criterion(out, labels) + (out - depth).abs().mean()\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
-        # A tensor the model keeps as a plain attribute, on the host, copied every forward (here and in a
-        # method forward calls): a buffer moves once, with the model.
-        "import torch\n"
-        "class Backbone(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)\n"
-        "        self.std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)\n"
-        "    def normalize(self, x):\n"
-        "        return (x - self.mean.to(x.device)) / self.std.cuda()  # expect: LA202\n"
-        "    def forward(self, x):\n"
-        "        return self.body(self.normalize(x))\n"
-        "model = Backbone().cuda()\n"
-        "for x, y in train_loader:\n"
-        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
-        "    loss.backward()\n"
-        "    optimizer.step()\n",
         # Nothing names CUDA, but `non_blocking=True` only matters with a GPU (yolov5's val.py).
         "import torch\n"
         "@torch.no_grad()\n"
@@ -349,18 +329,8 @@ class BlockingBatchCopy(Rule):
         receiver = moves_to_device(node, ctx)
         if receiver is None or _created_here(receiver, ctx) or not is_host_batch(receiver, ctx):
             return
-        cls = model_class(ctx)
-        kept = kept_attribute(receiver, cls, ctx) if cls is not None else None
-        if kept is not None:
-            # `self.mean.to(x.device)`: a tensor the model keeps on the host, copied anew every step.
-            # `non_blocking=True` from its pageable memory would hide the finding and gain little.
-            yield Report(
-                node,
-                f"`{ctx.source(node)}` copies a tensor the model keeps on the host (`self.{kept}`, set in "
-                f"`__init__`) to the GPU with a blocking copy, once per step: "
-                f"{register_buffer_advice(node, ctx, kept)}",
-            )
-            return
+        if host_created(receiver, ctx) is not None or kept_attribute(receiver, ctx) is not None:
+            return  # a tensor the script builds itself, or one an object keeps from `__init__`: LA205's
         conversion = _host_conversion(receiver, node)
         if conversion is not None:
             yield _converted_first(node, conversion, ctx)

@@ -5,7 +5,7 @@ import libcst as cst
 from loopaudit.rule import Report, Rule
 from loopaudit.analysis import holds, iter_subtree, Kind, terminal_name
 
-from ._loaders import LEGACY_CONSTRUCTORS, moves_to_device
+from ._loaders import LEGACY_CONSTRUCTORS, is_host_batch, moves_to_device
 
 # The dtype conversions of a tensor, as methods: `x.float()` makes a new tensor where `x` is.
 DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"})
@@ -297,7 +297,10 @@ class CreatedOnHostThenMoved(Rule):
         "`torch.tril(torch.ones(self.block_size, self.block_size))`; nothing random, nothing from the batch) is the "
         "same in every forward and belongs in a buffer made once in `__init__` (`self.register_buffer(..., "
         "persistent=False)`, which keeps checkpoints as they were); a legacy constructor (`torch.LongTensor(n)`), "
-        "which takes no `device=`, is replaced by the factory that makes the same tensor on the device."
+        "which takes no `device=`, is replaced by the factory that makes the same tensor on the device. Also "
+        "flagged: a host tensor an object keeps from its `__init__` and copies in a per-step method "
+        "(`self.mean.to(x.device)`, `self.t_discrete.clone().to(t.device)`): a model keeps it in a buffer, "
+        "any other object moves it to the device once, in `__init__`."
     )
     why_it_costs = (
         "The factory allocates and fills the tensor in pageable host memory, then `.to(device)` copies it "
@@ -412,6 +415,37 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A tensor the model keeps as a plain attribute, on the host, copied every forward (here and in a
+        # method forward calls): a buffer moves once, with the model.
+        "import torch\n"
+        "class Backbone(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)\n"
+        "        self.std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)\n"
+        "    def normalize(self, x):\n"
+        "        return (x - self.mean.to(x.device)) / self.std.cuda()  # expect: LA205\n"
+        "    def forward(self, x):\n"
+        "        return self.body(self.normalize(x))\n"
+        "model = Backbone().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # The same in an object that is no model (a sampler's noise schedule): move it once, in `__init__`.
+        "import torch\n"
+        "class Schedule:\n"
+        "    def __init__(self, betas):\n"
+        "        self.t = torch.linspace(0.0, 1.0, 1000)\n"
+        "    def at(self, s):\n"
+        "        return torch.searchsorted(self.t.clone().to(s.device), s)  # expect: LA205\n"
+        "schedule = Schedule(None)\n"
+        "model = Net().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    x = x.cuda(non_blocking=True)\n"
+        "    loss = model(x, schedule.at(y.cuda(non_blocking=True))).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # The same tensor in every forward, from constants, module-level names and the model's own
         # settings (here and in a method forward calls): a buffer, built once in `__init__`.
         "import torch\n"
@@ -550,7 +584,18 @@ class CreatedOnHostThenMoved(Rule):
         receiver = moves_to_device(node, ctx)
         if receiver is None:
             return
-        creation = _host_creation(receiver, ctx) or _named_host_creation(receiver, ctx)
+        kept = kept_attribute(receiver, ctx)
+        if kept is not None and is_host_batch(receiver, ctx):
+            # `self.mean.to(x.device)`: a tensor the object keeps on the host from `__init__`, copied anew
+            # every step. `non_blocking=True` from its pageable memory would hide the cost and gain little.
+            owner = "model" if model_class(ctx) is not None else "object"
+            yield Report(
+                node,
+                f"`{ctx.source(node)}` copies a tensor the {owner} keeps on the host (`self.{kept}`, set in "
+                f"`__init__`) to the GPU with a blocking copy, once per step: {_kept_advice(node, ctx, kept)}",
+            )
+            return
+        creation = host_created(receiver, ctx)
         if creation is None:
             return
         factory = (ctx.qualified_name(creation.func) or "").rsplit(".", 1)[-1]
@@ -575,6 +620,12 @@ class CreatedOnHostThenMoved(Rule):
             f"`{ctx.source(creation.func)}(...)` builds the tensor on the CPU and {move} "
             f"copies it to the GPU with a blocking copy, once per step: {fix}",
         )
+
+
+def host_created(receiver: cst.BaseExpression, ctx) -> cst.Call | None:
+    """The call that builds the moved tensor on the host (`torch.zeros(n)` in `torch.zeros(n).cuda()`,
+    also through a name or a helper), if any: the script's own tensor, not batch data."""
+    return _host_creation(receiver, ctx) or _named_host_creation(receiver, ctx)
 
 
 # --- what to write instead ----------------------------------------------------------------------
@@ -625,11 +676,15 @@ def _is_model(cls, ctx, depth: int) -> bool:
     return False
 
 
-def kept_attribute(expr: cst.BaseExpression, cls, ctx) -> str | None:
-    """`x` for `self.x` (or `self.x.float()`) when the model sets `self.x` in `__init__` only: a
-    tensor the model keeps, not data of the step."""
+def kept_attribute(expr: cst.BaseExpression, ctx) -> str | None:
+    """`x` for `self.x` (or `self.x.float()`, `self.x.clone()`) when the class of the method sets
+    `self.x` in `__init__` only: a tensor the object keeps, not data of the step."""
+    function = ctx.frame.enclosing_function() if ctx.frame is not None else None
+    cls = function.class_info if function is not None else None
+    if cls is None:
+        return None
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and (
-        not expr.args and expr.func.attr.value in DTYPE_METHODS or is_dtype_conversion(expr, ctx)
+        not expr.args and expr.func.attr.value in DTYPE_METHODS | _COPIES or is_dtype_conversion(expr, ctx)
     ):
         expr = expr.func.value
     if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"):
@@ -639,6 +694,17 @@ def kept_attribute(expr: cst.BaseExpression, cls, ctx) -> str | None:
     if not bindings or any(b.scope.function is None or b.scope.function.name.value != "__init__" for b in bindings):
         return None
     return name
+
+
+# Methods that give the same values in a new tensor (or a view): `self.t.clone().to(device)`.
+_COPIES = frozenset({"clone", "detach", "contiguous"})
+
+
+def _kept_advice(node: cst.Call, ctx, kept: str) -> str:
+    """A model registers a buffer; any other object moves the tensor to the device once, in `__init__`."""
+    if model_class(ctx) is not None:
+        return register_buffer_advice(node, ctx, kept)
+    return f"move it to the device once, in `__init__` (`self.{kept} = ....to(device)`), or build it there with `device=`"
 
 
 def _attribute_bindings(cls, name: str, ctx, depth: int) -> list:
