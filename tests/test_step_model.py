@@ -458,6 +458,20 @@ CASES = {
             if use_ema:
                 print(loss.detach().item())  # per-step
         """,
+    "a function that repeats the model's work itself is many steps, not one (a benchmark harness)": """
+        import torch
+        import gc
+        model = model.cuda()
+        @torch.no_grad()
+        def run_benchmark(scenario):
+            inputs = scenario.inputs()
+            for _ in range(NUM_WARMUP_ROUNDS):
+                out = model(inputs)
+            print(out.sum().item())
+            gc.collect()
+        for scenario in scenarios:
+            run_benchmark(scenario)
+        """,
     "an option no literal states makes every arm per-step": """
         import torch
         model = model.cuda()

@@ -823,7 +823,7 @@ class StepModel:
             if self.by_name(site) and len(targets) != 1:
                 continue
             for function in targets:
-                if self._evaluates(function) and self.function_does_step_work(function):
+                if self._evaluates(function) and self.function_does_step_work(function) and not self._repeats_work(function):
                     return True
         return False
 
@@ -847,10 +847,18 @@ class StepModel:
                 continue
             # The model's input is the item's data: `for scale in scales: model(resize(x, scale_factor=scale))`
             # and `for alpha in alphas: generator(x, lerp(a, b, alpha))` vary a setting over one input.
+            if _data_of(site.call.func) & loop_target_names(loop.node):
+                continue  # `for tokenizer, text_encoder in zip(...)`: a walk over models, not over data
             first = next((arg.value for arg in site.call.args if arg.keyword is None and not arg.star), None)
             if first is not None and _data_of(first) & drawn and self.under_no_grad(site.frame):
                 return True
         return False
+
+    def _repeats_work(self, function: FunctionInfo) -> bool:
+        """Does the function (or one it calls) loop over a step's work itself: a benchmark's
+        `for _ in range(NUM_WARMUP_ROUNDS): model(**inp)`? Then one call is many steps, not one."""
+        callees = [f for site in function.all_calls for f in self.resolve(site) if f is not function]
+        return any(self.does_step_work(loop.all_calls) for f in (function, *callees) for loop in f.loops)
 
     def _evaluates(self, function: FunctionInfo) -> bool:
         """Is autograd off in `function`: a no-grad decorator, or its body inside `with torch.no_grad():`."""
@@ -1648,20 +1656,26 @@ def _drawn_in(loop: LoopInfo) -> set[str]:
 
 
 def _data_of(expr: cst.BaseExpression) -> set[str]:
-    """The names whose values flow into `expr` as data: not through a keyword argument (a setting,
-    `scale_factor=scale`), nor a tensor's device, dtype or shape (`.to(d.device)`)."""
+    """The names whose values flow into `expr` as its data. A call's data is its first positional
+    argument and, for a method, its receiver: not its other arguments (`scale_model_input(x, t)`,
+    `lerp(a, b, alpha)`, `scale_factor=scale` are settings), nor the callee, nor a tensor's device,
+    dtype or shape (`.to(d.device)`)."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Attribute):
+        return set() if expr.attr.value in ("device", "dtype", "shape", "ndim") else _data_of(expr.value)
+    if isinstance(expr, cst.Call):
+        first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
+        found = _data_of(first) if first is not None else set()
+        if isinstance(expr.func, cst.Attribute):
+            found |= _data_of(expr.func.value)
+        return found
     found: set[str] = set()
-    todo = [expr]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, cst.Name):
-            found.add(node.value)
-        elif isinstance(node, cst.Attribute) and node.attr.value in ("device", "dtype", "shape", "ndim"):
+    for child in expr.children:
+        if isinstance(child, cst.Arg) and child.keyword is not None:
             continue
-        elif isinstance(node, cst.Arg) and node.keyword is not None:
-            continue
-        else:
-            todo.extend(node.children)
+        if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Element, cst.SubscriptElement, cst.Index, cst.Arg)):
+            found |= _data_of(child)  # type: ignore[arg-type]
     return found
 
 

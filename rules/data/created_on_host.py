@@ -167,9 +167,23 @@ def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, as
         return None  # a CPU generator: the same random numbers on every machine, on purpose
     if factory in _FROM_DATA:
         data = call.args[0].value if call.args and call.args[0].keyword is None else None
-        if data is None or not (_is_constant(data) or _is_fill(data) or _is_range(data) or _numpy_constant(data, ctx)):
+        if data is None or not (
+            _is_constant(data) or _is_fill(data) or _is_range(data) or _numpy_constant(data, ctx) or _named_constant(data, ctx)
+        ):
             return None
     return call
+
+
+def _named_constant(expr: cst.BaseExpression, ctx) -> bool:
+    """`IMAGENET_DEFAULT_MEAN`: a name in capitals that is imported or bound at module level only, a
+    constant by Python's convention (`torch.as_tensor(IMAGENET_DEFAULT_MEAN).to(device)` in a step)."""
+    if not (isinstance(expr, cst.Name) and len(expr.value) > 1 and expr.value.isupper()):
+        return False
+    found = ctx.scope.lookup(expr.value)
+    if found is None:
+        return ctx.qualified_name(expr) is not None  # imported: `from timm.data.constants import ...`
+    bindings, owner = found
+    return owner is ctx.index.module_scope and bool(bindings) and all(b.kind == "value" for b in bindings)
 
 
 def is_dtype_conversion(call: cst.Call, ctx) -> bool:
@@ -289,7 +303,8 @@ class CreatedOnHostThenMoved(Rule):
         "(`(torch.arange(n) + offset).cuda()`), torch functions of host-made tensors "
         "(`torch.stack(torch.meshgrid(dx, dy)).to(device)`) and helpers of the same module that return one; "
         "`.type(torch.cuda.FloatTensor)` counts as a move, and `torch.from_numpy(np.array([...]))` of an array written "
-        "out in the code is a constant too. Not flagged: "
+        "out in the code is a constant too, as is a name in capitals imported or bound at module level "
+        "(`torch.as_tensor(IMAGENET_DEFAULT_MEAN).to(device)`). Not flagged: "
         "factories given `pin_memory=True` (host staging on purpose) or a `generator=` (CPU random "
         "numbers on purpose), `torch.tensor(data)` of data the script computes, and moves with "
         "`non_blocking=True`. The advice fits the shape: in a method of an `nn.Module`, a tensor built from "
@@ -415,6 +430,17 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A constant by name: imported, or bound once at module level (VideoMAE's normalisation).
+        "import torch\n"
+        "from timm.data.constants import IMAGENET_DEFAULT_MEAN\n"
+        "STD = (0.229, 0.224, 0.225)\n"
+        "device = torch.device('cuda')\n"
+        "for x, y in train_loader:\n"
+        "    mean = torch.as_tensor(IMAGENET_DEFAULT_MEAN).to(device)[None, :, None, None]  # expect: LA205\n"
+        "    std = torch.as_tensor(STD).to(device)  # expect: LA205\n"
+        "    loss = model((x.to(device, non_blocking=True) - mean) / std).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A tensor the model keeps as a plain attribute, on the host, copied every forward (here and in a
         # method forward calls): a buffer moves once, with the model.
         "import torch\n"
