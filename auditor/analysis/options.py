@@ -23,6 +23,8 @@ from typing import Callable
 
 import libcst as cst
 
+from .patterns import param_default
+
 # A value passed that cannot be read statically (`skip_type=cfg.skip`): every arm may be taken.
 UNREAD = object()
 
@@ -51,11 +53,8 @@ def literal(expr: cst.BaseExpression | None):
 
 def default_of(function: cst.FunctionDef | None, name: str):
     """The literal default of `function`'s parameter `name` (UNREAD: none, or not a literal)."""
-    if function is None:
-        return UNREAD
-    params = function.params
-    param = next((p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name), None)
-    return literal(param.default) if param is not None and param.default is not None else UNREAD
+    default = param_default(function, name)
+    return literal(default) if default is not None else UNREAD
 
 
 def option_test(test: cst.BaseExpression, function: cst.FunctionDef | None) -> OptionTest | None:

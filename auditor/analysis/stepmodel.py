@@ -392,8 +392,7 @@ class StepModel:
         return root in _KNOWN_LIBRARIES and root not in roots
 
     def _foreign_value(self, value: cst.BaseExpression) -> bool:
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
-            value = value.func.value
+        value = _unmoved(value)
         if isinstance(value, (cst.BaseString, cst.Integer, cst.Float, cst.List, cst.Dict, cst.Set, cst.Tuple,
                               cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp)):
             return True
@@ -598,8 +597,7 @@ class StepModel:
     def _class_of_value(self, value: cst.BaseExpression, scope: Scope, depth: int) -> str | None:
         if depth > 4:  # as in class_of: a factory may return its own call (`return build(n - 1)`)
             return None
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
-            value = value.func.value  # look through `.to(device)`, `.cuda()`, `.train()`
+        value = _unmoved(value)  # look through `.to(device)`, `.cuda()`, `.train()`
         if isinstance(value, (cst.Name, cst.Attribute)) and not isinstance(value, cst.Call):
             return self.class_of(value, scope, depth + 1)  # `model_without_ddp = model`
         if not isinstance(value, cst.Call):
@@ -811,8 +809,7 @@ class StepModel:
         only when one method of the module has that name."""
         if not isinstance(loop.node, cst.For) or indexed_walk(loop) is not None:
             return False
-        walked = unwrap_iterable(loop.node.iter)
-        if not walked or any(isinstance(expr, (cst.List, cst.Tuple, cst.Set, cst.Dict)) for expr in walked):
+        if _walks_written_out(loop):
             return False  # `for psi in [0.5, 0.7, 1.0]`: a few settings, not a walk over data
         items = loop_target_names(loop.node)
         for site in loop.direct_calls:
@@ -835,8 +832,7 @@ class StepModel:
         written out, nor a loop inside a model (which unrolls one forward)."""
         if not isinstance(loop.node, cst.For) or (counted_range(loop) is not None and indexed_walk(loop) is None):
             return False
-        walked = unwrap_iterable(loop.node.iter)
-        if not walked or any(isinstance(expr, (cst.List, cst.Tuple, cst.Set, cst.Dict)) for expr in walked):
+        if _walks_written_out(loop):
             return False
         if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
             return False
@@ -1623,10 +1619,17 @@ def drawn_from(loop: LoopInfo) -> list[cst.BaseExpression]:
 
 def _moves_itself(binding: Binding, name: str) -> bool:
     """`name = name.to(device)`, `name = name.cuda().eval()`: the same object, moved."""
-    value = binding.value if binding.kind == "value" else None
+    if binding.kind != "value":
+        return False
+    value = _unmoved(binding.value)
+    return isinstance(value, cst.Name) and value.value == name and value is not binding.value
+
+
+def _unmoved(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`model` for `model.to(device).eval()`: what a chain of moves and mode switches starts from."""
     while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
         value = value.func.value
-    return isinstance(value, cst.Name) and value.value == name and value is not binding.value
+    return value
 
 
 # Class methods that build an instance of their class (Hugging Face's, Lightning's).
@@ -1638,6 +1641,13 @@ def _option_tests(function: FunctionInfo):
     for node in iter_subtree(function.node.body):
         if isinstance(node, cst.If) and (test := option_test(node.test, function.node)) is not None:
             yield test
+
+
+def _walks_written_out(loop: LoopInfo) -> bool:
+    """Does a `for` loop walk nothing it can tell, or a collection written out in the code (`for psi
+    in [0.5, 0.7, 1.0]`: a few settings, not data)?"""
+    walked = unwrap_iterable(loop.node.iter)  # type: ignore[union-attr]
+    return not walked or any(isinstance(expr, (cst.List, cst.Tuple, cst.Set, cst.Dict)) for expr in walked)
 
 
 def _drawn_in(loop: LoopInfo) -> set[str]:
