@@ -413,9 +413,9 @@ CASES = {
             import torch
 
             def validate(model, dataset, warm_start=False, flip=False):
-                for i in range(len(dataset)):  # expect: LA501
+                for i in range(len(dataset)):
                     image = dataset[i].cuda(non_blocking=True)
-                    flow = model(image)
+                    flow = model(image)  # expect: LA501
                     if warm_start:
                         prev = flow.cpu().numpy()
                     if flip:
@@ -754,6 +754,36 @@ CASES = {
                 if adaptive:
                     t = t + torch.rand(1).to(x.device)
                 return model(x).sum() * schedule.lam(t).sum()
+        """,
+    },
+    "a loader a class keeps and a method hands back, iterated every epoch elsewhere (pix2pixHD)": {
+        "data/loader.py": """
+            import torch.utils.data
+
+            class CustomDatasetDataLoader:
+                def initialize(self, dataset):
+                    self.dataloader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2)  # expect: LA201, LA204
+
+                def load_data(self):
+                    return self.dataloader
+
+            def create_loader(dataset):
+                loader = CustomDatasetDataLoader()
+                loader.initialize(dataset)
+                return loader
+        """,
+        "train.py": """
+            import torch
+            from data.loader import create_loader
+
+            model = torch.nn.Linear(4, 1).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            dataset = create_loader(make_dataset()).load_data()
+            for epoch in range(100):
+                for data in dataset:
+                    loss = model(data.cuda(non_blocking=True)).sum()
+                    loss.backward()
+                    optimizer.step()
         """,
     },
 }

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .names import ImportTable, dotted_name, terminal_name
-from .walk import walk
+from .names import ImportTable, dotted_name, target_names, terminal_name
+from .walk import iter_subtree, walk
 from .options import constant_flag, option_test
 from .patterns import is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call
 
@@ -131,6 +131,15 @@ class Binding:
     # The statement block (id of its IndentedBlock) the binding is made in: with `order`, which
     # binding a later read in the same block sees (tensors.py).
     block: int = 0
+
+
+def _stored_name(expr: cst.BaseExpression) -> str | None:
+    """`loaders` or `self.loaders`: the name a container is kept under, as bound_names spells it."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        return "self." + expr.attr.value
+    return None
 
 
 @dataclass(eq=False, repr=False)
@@ -271,6 +280,13 @@ class ModuleIndex:
     element_writes: dict[str, list[tuple[cst.BaseExpression, Scope]]] = field(default_factory=dict)
     # id(statement block) -> id of the block it is nested in (the module's for the outermost)
     block_parents: dict[int, int] = field(default_factory=dict)
+    # id(value) -> (container name, scope, key or None) for a value kept in a dict under a key:
+    # `loaders = {"train": DataLoader(...)}`, `self.loaders["train"] = DataLoader(...)` (stepmodel
+    # follows `loaders["train"]` and `loaders[phase]` to it)
+    held_in: dict[int, tuple[str, Scope, str | None]] = field(default_factory=dict)
+    # id(name read inside a comprehension) -> the bindings of its own `for` targets: in
+    # `x = [x.to(device) for x in inputs]` the inner `x` is the comprehension's, never the outer `x`
+    comprehension_reads: dict[int, list[Binding]] = field(default_factory=dict)
 
 
 class _Indexer:
@@ -287,6 +303,7 @@ class _Indexer:
         self._undo: list[tuple | None] = []
         self._immediate_lambdas: set[int] = set()
         self._chains: dict[int, list[cst.If]] = {}  # id(elif or else) -> the `if`s before it in its chain
+        self._comprehensions: dict[int, cst.BaseComp] = {}  # id(its `for` clause) -> the comprehension
 
     # --- structure -----------------------------------------------------------------------------
 
@@ -523,7 +540,25 @@ class _Indexer:
         self._bind_loop_target(node.target, node.iter, self._loop_for(node))
 
     def _visit_comp_for(self, node: cst.CompFor) -> None:
+        before = {name: list(self.scope.assignments.get(name, ())) for name in target_names(node.target)}
         self._bind_loop_target(node.target, node.iter, self._here())
+        own = {
+            name: [b for b in self.scope.assignments.get(name, ()) if b not in known]
+            for name, known in before.items()
+        }
+        comprehension = self._comprehensions.get(id(node))
+        if comprehension is None:
+            return
+        for read in iter_subtree(comprehension):
+            if isinstance(read, cst.Name) and own.get(read.value) and id(read) not in self.index.comprehension_reads:
+                self.index.comprehension_reads[id(read)] = own[read.value]
+
+    def _visit_comprehension(self, node: cst.BaseComp) -> None:
+        """Remember which comprehension each of its `for` clauses belongs to (visited before them)."""
+        clause = node.for_in
+        while clause is not None:
+            self._comprehensions[id(clause)] = node
+            clause = clause.inner_for_in
 
     def _visit_with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None and isinstance(node.asname.name, cst.Name):
@@ -538,11 +573,18 @@ class _Indexer:
             if isinstance(target.value, cst.Name):
                 # `meta[key] = val.cuda()`: what the container's elements may hold from here on
                 self.index.element_writes.setdefault(target.value.value, []).append((value, self.scope))
+            container = _stored_name(target.value)
+            if container is not None and len(target.slice) == 1:
+                index = target.slice[0].slice
+                key = index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
+                self.index.held_in.setdefault(id(value), (container, self.scope, key))
         elif self._bind_self_attribute(target, Binding("value", value, self.scope, loop=self._here(), block=self.block)):
             self.index.bound_names.setdefault(id(value), ("self." + target.attr.value, self.scope))  # type: ignore[attr-defined]
+            self._hold_entries("self." + target.attr.value, value)  # type: ignore[attr-defined]
         elif isinstance(target, cst.Name):
             self.scope.bind(target.value, Binding("value", value, self.scope, loop=self._here(), block=self.block))
             self.index.bound_names.setdefault(id(value), (target.value, self.scope))
+            self._hold_entries(target.value, value)
         elif isinstance(target, (cst.Tuple, cst.List)):
             values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
             for position, element in enumerate(target.elements):
@@ -551,6 +593,14 @@ class _Indexer:
                 elif isinstance(element.value, cst.Name):
                     binding = Binding("element", value, self.scope, position, loop=self._here(), block=self.block)
                     self.scope.bind(element.value.value, binding)
+
+    def _hold_entries(self, container: str, value: cst.BaseExpression) -> None:
+        """`loaders = {"train": DataLoader(...), "val": ...}`: each entry's value is held under its key."""
+        if isinstance(value, cst.Dict):
+            for element in value.elements:
+                if isinstance(element, cst.DictElement):
+                    key = element.key.evaluated_value if isinstance(element.key, cst.SimpleString) else None
+                    self.index.held_in.setdefault(id(element.value), (container, self.scope, key))
 
     def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression, loop: LoopInfo | None) -> None:
         # Every name in the target, however nested (`for i, (x, y) in enumerate(loader)`), is
@@ -585,6 +635,10 @@ class _Indexer:
         cst.NamedExpr: _visit_named_expr,
         cst.For: _visit_for,
         cst.CompFor: _visit_comp_for,
+        cst.ListComp: _visit_comprehension,
+        cst.SetComp: _visit_comprehension,
+        cst.DictComp: _visit_comprehension,
+        cst.GeneratorExp: _visit_comprehension,
         cst.WithItem: _visit_with_item,
     }
 

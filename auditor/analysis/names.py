@@ -96,3 +96,12 @@ class ImportTable:
 
     def imports_module(self, prefix: str) -> bool:
         return any(q == prefix or q.startswith(prefix + ".") for q in self._aliases.values())
+
+
+def target_names(target: cst.BaseExpression) -> list[str]:
+    """The names an assignment or `for` target binds: `x`, `i, (x, y)`."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in target_names(element.value)]
+    return []

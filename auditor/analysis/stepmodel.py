@@ -1023,6 +1023,18 @@ class StepModel:
         if self.facts is None or not self.facts.returned_uses:
             return []
         bound = self.index.bound_names.get(id(value))
+        if bound is not None and bound[0].startswith("self.") and bound[1].owner_class is not None:
+            # `self.dataloader = DataLoader(...)` in `initialize`, `def load_data(self): return
+            # self.dataloader` (pix2pixHD's loader class): what the class's methods hand back.
+            attribute = bound[0][5:]
+
+            def is_kept(expr: cst.BaseExpression) -> bool:
+                return (
+                    isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)
+                    and expr.value.value == "self" and expr.attr.value == attribute
+                )
+            methods = bound[1].owner_class.methods.values()
+            return [use for method in methods for use in self.returned_uses_of(method, is_kept)]
         if bound is not None:
             name, scope = bound
             function = self.function_info(scope.function) if scope.function is not None else None
@@ -1165,6 +1177,9 @@ class StepModel:
         """The loops that iterate what `value` (say a `DataLoader(...)` call) evaluates to: through the
         name it is bound to (`train_loader = DataLoader(...)`), `self.<name>`, or a parameter of a
         function whose call sites pass that name (`train(model, train_loader)`)."""
+        held = self.index.held_in.get(id(value))
+        if held is not None:
+            return self._loops_over_entry(*held)
         bound = self.bound_name(value)
         if bound is None:
             # `def make_loader(): return DataLoader(...)`: what each call of the maker is bound to.
@@ -1177,6 +1192,21 @@ class StepModel:
         for loop in self.index.loops:
             if any(self._refers_to(expr, name, scope, loop.scope, depth=0) for expr in drawn_from(loop)):
                 found.append(loop)
+        return found
+
+    def _loops_over_entry(self, container: str, scope: Scope, key: str | None) -> list[LoopInfo]:
+        """The loops over `container[key]`, or over `container[phase]` with any key: the loaders of
+        `loaders = {"train": DataLoader(...), "val": ...}` in `for x in loaders[phase]`."""
+        found = []
+        for loop in self.index.loops:
+            for expr in drawn_from(loop):
+                if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
+                    continue
+                index = expr.slice[0].slice
+                read = index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
+                if (key is None or read is None or read == key) and self._refers_to(expr.value, container, scope, loop.scope, depth=0):
+                    found.append(loop)
+                    break
         return found
 
     def returning(self, value: cst.BaseExpression) -> FunctionInfo | None:
@@ -1213,8 +1243,16 @@ class StepModel:
         return None
 
     def _refers_to(self, expr: cst.BaseExpression, name: str, scope: Scope, where: Scope, depth: int) -> bool:
-        if name.startswith("self.") and isinstance(expr, cst.Attribute):
-            return isinstance(expr.value, cst.Name) and expr.value.value == "self" and expr.attr.value == name[5:]
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            if name.startswith("self."):
+                return expr.attr.value == name[5:]
+            # `self.data_loader`, stored from a parameter the constructor's callers pass our name for:
+            # `Trainer(data_loader=loader)` ... `for batch in self.data_loader:`
+            owner = where.owner_class
+            stored = owner.attributes.get(expr.attr.value, ()) if owner is not None and depth < 3 else ()
+            return any(
+                b.kind == "value" and self._refers_to(b.value, name, scope, b.scope, depth + 1) for b in stored
+            )
         if not isinstance(expr, cst.Name):
             return False
         found = where.lookup(expr.value)
@@ -1238,7 +1276,10 @@ class StepModel:
             function = self.function_info(owner.function)
             if function is None:
                 return False
-            for site in function.call_sites[:8]:
+            sites = function.call_sites
+            if function.name == "__init__" and function.class_info is not None:
+                sites = [*sites, *self._constructions(function.class_info)]  # `Trainer(data_loader=loader)`
+            for site in sites[:8]:
                 argument = argument_for(function, expr.value, site.call)
                 if argument is not None and self._refers_to(argument, name, scope, site.scope, depth + 1):
                     return True

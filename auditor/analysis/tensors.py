@@ -201,8 +201,14 @@ class TensorInference:
                 return Kind.NOT_TENSOR  # an imported module or function, not a value we compute
             return Kind.TENSOR if self._guess_from_names and _TENSOR_NAMES.match(name) else Kind.UNKNOWN
         bindings, owner = found
-        seen_here = self.bindings_at(expr, bindings)
-        bindings = seen_here if seen_here is not None else self._before_reading(self._reaching(bindings), owner)
+        own = self.index.comprehension_reads.get(id(expr))
+        if own is not None:
+            # A comprehension's own target: `[x.to(device) for x in inputs]` reads what `inputs` holds.
+            seen_here = own
+            bindings = own
+        else:
+            seen_here = self.bindings_at(expr, bindings)
+            bindings = seen_here if seen_here is not None else self._before_reading(self._reaching(bindings), owner)
         if seen_here is None and scope is owner:
             bindings = self._not_later(expr, bindings)
         if len(bindings) > 1:
@@ -367,7 +373,29 @@ class TensorInference:
                 around = around.parent_loop
             if binding.order < order or around is not None:
                 kept.append(binding)
-        return kept or bindings
+        return self._unshadowed(kept, order, name) or bindings
+
+    def _unshadowed(self, bindings: list[Binding], order: int, read: cst.Name) -> list[Binding]:
+        """Drop the bindings that a later one replaces before a read at `order` that comes after both:
+        a later binding in the same statement block, or in a block around it (which runs after the
+        statement holding the first). In `if a: mask = np.random.rand(n) <= p; mask =
+        torch.from_numpy(mask)`, a read after the `if` sees the tensor, never the array."""
+        # (`pred = pred.cpu()` is met before the read in its own value, and replaces nothing for it)
+        replacing = [
+            b for b in bindings
+            if b.kind in ("value", "element", "with") and b.order < order and not self._contains.holds(b.value, read)
+        ]
+        if not replacing:
+            return bindings
+        kept = []
+        for binding in bindings:
+            around, blocks = binding.block, set()
+            while around is not None:
+                blocks.add(around)
+                around = self.index.block_parents.get(around)
+            if not any(later.block in blocks and binding.order < later.order for later in replacing):
+                kept.append(binding)
+        return kept
 
     def reaching_bindings(self, bindings: list[Binding], frame: Frame | None) -> list[Binding]:
         """The bindings of a name that reach an expression in `frame` (see `_reaching`)."""
@@ -442,7 +470,11 @@ class TensorInference:
             return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
         if binding.kind == "loop":
             kind = self._loop_element_kind(value, scope, binding.position)
-            if kind is Kind.UNKNOWN and self._yields_batches(binding.loop):
+            # (the loop's own target: a comprehension inside a step loop walks something else)
+            own_target = binding.loop is not None and isinstance(binding.loop.node, cst.For) and (
+                value is binding.loop.node.iter or self._contains.holds(binding.loop.node.iter, value)
+            )
+            if kind is Kind.UNKNOWN and own_target and self._yields_batches(binding.loop):
                 return Kind.HOST_TENSOR
             return kind
         return Kind.UNKNOWN
@@ -724,6 +756,8 @@ class TensorInference:
             return Kind.UNKNOWN
         if qualified.startswith(_TORCH_NON_TENSOR_PREFIXES) or _TORCH_NON_TENSOR_FUNCTIONS.match(qualified):
             return Kind.NOT_TENSOR
+        if any(part.startswith("__") for part in qualified.split(".")):
+            return Kind.NOT_TENSOR  # `torch.__version__.startswith("0.4")`: the module's metadata, a string
         last = qualified.rsplit(".", 1)[-1]
         if last == "Variable":  # torch.autograd.Variable(x): x itself since torch 0.4
             first = next((arg.value for arg in call.args if arg.keyword is None), None)

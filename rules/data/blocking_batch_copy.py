@@ -195,6 +195,18 @@ class BlockingBatchCopy(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A comprehension's own target is the batch's element, whatever a name outside it holds
+        # (ParallelWaveGAN's `_parse_batch`, where `x` is also the moved result).
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "model = Net().to(device)\n"
+        "for inputs, targets in train_loader:\n"
+        "    if isinstance(inputs, torch.Tensor):\n"
+        "        x = inputs.to(device, non_blocking=True)\n"
+        "    else:\n"
+        "        x = [x.to(device) for x in inputs]  # expect: LA202\n"
+        "    loss = model(*x).sum()\n"
+        "    loss.backward()\n",
         # Drawn with `next()` from an iterator of any name in a loop that trains, moved to the device a
         # helper names (OpenAI's diffusion code: `dist_util.dev()`).
         "import torch\n"

@@ -173,6 +173,24 @@ class WorkersRespawnedEachEpoch(Rule):
         "    validate(val_set)\n",
     )
     invalid = (
+        # Loaders kept in a dict and handed to a trainer class, which iterates one every epoch
+        # (ParallelWaveGAN's `data_loader = {"train": ..., "dev": ...}`); the "dev" one is never iterated.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "class Trainer:\n"
+        "    def __init__(self, data_loader, model):\n"
+        "        self.data_loader = data_loader\n"
+        "        self.model = model\n"
+        "    def run(self, epochs):\n"
+        "        for epoch in range(epochs):\n"
+        "            for batch in self.data_loader['train']:\n"
+        "                self.model(batch.cuda(non_blocking=True)).sum().backward()\n"
+        "def main(dataset):\n"
+        "    data_loader = {\n"
+        "        'train': DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True),  # expect: LA204\n"
+        "        'dev': DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True),\n"
+        "    }\n"
+        "    Trainer(data_loader=data_loader, model=torch.nn.Linear(2, 2).cuda()).run(100)\n",
         # Keyword arguments gathered with `dict(...)` (Pytorch-UNet).
         "import torch\n"
         "from torch.utils.data import DataLoader\n"

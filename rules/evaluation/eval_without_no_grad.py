@@ -4,8 +4,8 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis import FORWARD_CALLEE, is_training_call, iter_subtree, terminal_name
-from loopaudit.rule import Report, Rule
+from loopaudit.analysis import FORWARD_CALLEE, FrameKind, is_training_call, iter_subtree, terminal_name
+from loopaudit.rule import Group, Report, Rule
 
 # Functions that evaluate: `evaluate`, `validate`, `test`, `eval_epoch`, `run_validation`, nanoGPT's
 # `estimate_loss`. Not pytest's `test_*` functions, which test code rather than a model.
@@ -32,7 +32,9 @@ class EvalWithoutNoGrad(Rule):
         "`model.train(False)`), or the function is named like an evaluation (`evaluate`, `validate`, `test`, "
         "`eval_epoch`, `run_validation`, `estimate_loss`), and the forward passes are not under "
         "`torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)`: as a `with`, as a "
-        "decorator, or around every call of the function in the module. Reported at the loop header. "
+        "decorator, or around every call of the function in the module. Reported at the forward passes, "
+        "where the graph is recorded: one finding at the first, with the loop's other forward passes "
+        "(nested loops included) listed beside it. "
         "Not flagged: loops that call `backward()`, `optimizer.step()` or `torch.autograd.grad` (attacks, "
         "saliency, test-time training need gradients), loops that set `requires_grad`, and framework hooks "
         "(Lightning's `validation_step`, `test_step`, HF `prediction_step`), which the framework already "
@@ -102,6 +104,25 @@ class EvalWithoutNoGrad(Rule):
         "    loss = criterion(model(x.cuda()), y.cuda())\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
+        # Train then validate in one per-step function, the validation under no_grad; and a model
+        # put in eval mode (to freeze its batch norm) whose forward a later backward uses.
+        "import torch\n"
+        "model = GCN().cuda()\n"
+        "def train(epoch):\n"
+        "    output = model(features, adj)\n"
+        "    loss_fn(output[idx_train], labels[idx_train]).backward()\n"
+        "    optimizer.step()\n"
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        output = model(features, adj)\n"
+        "def finetune(epoch):\n"
+        "    optimizer.step()\n"
+        "    model.eval()\n"
+        "    output = model(features, adj)\n"
+        "    loss_fn(output, labels).backward()\n"
+        "for epoch in range(200):\n"
+        "    train(epoch)\n"
+        "    finetune(epoch)\n",
         # Lightning runs validation_step under no_grad itself.
         "import torch\n"
         "import lightning as L\n"
@@ -116,8 +137,8 @@ class EvalWithoutNoGrad(Rule):
         "def evaluate(model, val_loader):\n"
         "    model.eval()\n"
         "    correct = 0\n"
-        "    for images, labels in val_loader:  # expect: LA501\n"
-        "        outputs = model(images.to(device))\n"
+        "    for images, labels in val_loader:\n"
+        "        outputs = model(images.to(device))  # expect: LA501\n"
         "        correct += (outputs.argmax(1) == labels.to(device)).sum()\n"
         "    return correct\n",
         # After model.eval() in the training script, the validation loop records a graph.
@@ -129,38 +150,149 @@ class EvalWithoutNoGrad(Rule):
         "        loss.backward()\n"
         "        optimizer.step()\n"
         "    model.eval()\n"
-        "    for x, y in val_loader:  # expect: LA501\n"
-        "        val_loss = criterion(model(x.cuda()), y.cuda())\n",
+        "    for x, y in val_loader:\n"
+        "        val_loss = criterion(model(x.cuda()), y.cuda())  # expect: LA501\n",
+        # Two forward passes, one in a nested loop over crops: one finding, the second pass listed.
+        "import torch\n"
+        "def validate(model, val_loader):\n"
+        "    model.eval()\n"
+        "    for images, labels in val_loader:\n"
+        "        outputs = model(images.cuda())  # expect: LA501\n"
+        "        for crop in images.unbind(1):\n"
+        "            outputs = outputs + model(crop.cuda())  # related: LA501\n",
+        # pygcn's full-batch step: train, then `model.eval()` and run the model on the validation nodes.
+        "import torch\n"
+        "model = GCN().cuda()\n"
+        "def train(epoch):\n"
+        "    model.train()\n"
+        "    output = model(features, adj)\n"
+        "    loss_fn(output[idx_train], labels[idx_train]).backward()\n"
+        "    optimizer.step()\n"
+        "    model.eval()\n"
+        "    output = model(features, adj)  # expect: LA501\n"
+        "    loss_val = loss_fn(output[idx_val], labels[idx_val])\n"
+        "for epoch in range(200):\n"
+        "    train(epoch)\n",
     )
 
-    node_types = (cst.For, cst.While)
+    node_types = (cst.For, cst.While, cst.Call)
     needs_step = False
     needs_cuda = False
 
     def check(self, node, ctx):
-        steps = ctx.steps
+        if isinstance(node, cst.Call):
+            yield from _evaluation_in_step(node, ctx)
+            return
         loop = ctx.index.loops_by_node.get(id(node))
-        if loop is None or not steps.is_step_loop(loop):
+        if loop is None:
             return
-        function = loop.function
-        if function is not None and _in_framework_code(function, ctx):
+        why = _evaluates(loop, ctx)
+        if why is None or _outer_evaluation(loop, ctx):
+            return  # an enclosing evaluation loop reports the forward passes of this one
+        recording = [site for site in _forwards(loop, ctx) if not ctx.steps.under_no_grad(site.frame)]
+        if not recording:
             return
-        named = function is not None and _EVAL_FUNCTION.match(function.name) is not None
-        if not named and not _after_eval_mode(node, function.node if function else ctx.index.module, ctx):
-            return
-        forwards = [site for site in loop.all_calls if _is_forward(site.call, ctx)]
-        if not forwards:
-            return
-        if _needs_gradients(loop, ctx) or _grad_disabled_by_call(function.node if function else ctx.index.module, ctx):
-            return
-        if all(steps.under_no_grad(site.frame) for site in forwards):
-            return
-        why = f"`{function.name}()`" if named else "after `.eval()`"
-        yield Report(
-            node,
-            f"evaluation loop ({why}) runs the model with autograd recording: every forward saves "
-            f"activations for a backward that never comes; wrap it in `torch.no_grad()` / `torch.inference_mode()`",
+        # Reported at the forward passes, where the graph is recorded (and where people who label
+        # training code put this problem), as one finding: one `no_grad` around the loop fixes them all.
+        group = Group(
+            id(loop.node), noun="forward pass", where="in this evaluation loop",
+            advice="wrap the loop in `torch.no_grad()`",
         )
+        for site in recording:
+            yield Report(
+                site.call,
+                f"this forward pass in an evaluation loop ({why}) records an autograd graph: it saves "
+                f"activations for a backward that never comes; wrap the loop in `torch.no_grad()` / "
+                f"`torch.inference_mode()`",
+                group=group,
+            )
+
+
+def _evaluation_in_step(call: cst.Call, ctx):
+    """A forward pass outside any loop, in a function that runs once per step and evaluates there:
+    pyGAT's and pygcn's `train(epoch)` trains, then `model.eval()` and runs the model again on the
+    validation nodes; an `eval_step(state)` called per step of an evaluation episode. The graph that
+    forward records is never used when no training follows it in the function."""
+    if not _is_forward(call, ctx):
+        return
+    frame = ctx.frame
+    while frame is not None and frame.kind is not FrameKind.FUNCTION:
+        if frame.kind is FrameKind.LOOP:
+            return  # a loop's forward passes are the loop's (see `check`)
+        frame = frame.parent
+    function = frame.function if frame is not None else None
+    if function is None or _in_framework_code(function, ctx):
+        return
+    named = _EVAL_FUNCTION.match(function.name) is not None
+    before, after = _training_around(call, function.node, ctx)
+    if after or not (named or (before and _after_eval_mode(call, function.node, ctx))):
+        return  # a forward whose graph a later backward uses, or a model merely switched to eval mode
+    if ctx.steps.reason(ctx.frame) is None or ctx.steps.under_no_grad(ctx.frame):
+        return
+    if _grad_disabled_by_call(function.node, ctx) or _sets_requires_grad(function.node):
+        return
+    why = f"`{function.name}()`" if named else "after `.eval()`, after the step's update"
+    yield Report(
+        call,
+        f"this forward pass evaluates once per step ({why}) with autograd recording: it saves activations "
+        f"for a backward that never comes; run it under `torch.no_grad()` / `torch.inference_mode()`",
+        group=Group(
+            id(function.node), noun="forward pass", where=f"in `{function.name}()`",
+            advice="run them under one `torch.no_grad()`",
+        ),
+    )
+
+
+def _training_around(call: cst.Call, root, ctx) -> tuple[bool, bool]:
+    """(whether `root` trains before `call`, whether it trains after it), in source order; nested
+    functions' bodies run elsewhere and are skipped."""
+    before = after = seen = False
+    for n in iter_subtree(root):
+        if n is call:
+            seen = True
+        elif isinstance(n, cst.Call) and is_training_call(n, ctx.index.imports):
+            if seen:
+                after = True
+            else:
+                before = True
+    return before, after
+
+
+def _sets_requires_grad(root) -> bool:
+    return any(
+        isinstance(n, cst.Attribute) and n.attr.value in ("requires_grad", "requires_grad_", "grad")
+        for n in iter_subtree(root)
+    )
+
+
+def _evaluates(loop, ctx) -> str | None:
+    """Why `loop` is an evaluation loop that runs the model with autograd on (`validate()`, after
+    `.eval()`), or None when it is not one."""
+    if not ctx.steps.is_step_loop(loop):
+        return None
+    function = loop.function
+    if function is not None and _in_framework_code(function, ctx):
+        return None
+    root = function.node if function else ctx.index.module
+    named = function is not None and _EVAL_FUNCTION.match(function.name) is not None
+    if not named and not _after_eval_mode(loop.node, root, ctx):
+        return None
+    if not _forwards(loop, ctx) or _needs_gradients(loop, ctx) or _grad_disabled_by_call(root, ctx):
+        return None
+    return f"`{function.name}()`" if named else "after `.eval()`"
+
+
+def _outer_evaluation(loop, ctx) -> bool:
+    outer = loop.parent_loop
+    while outer is not None:
+        if _evaluates(outer, ctx) is not None:
+            return True
+        outer = outer.parent_loop
+    return False
+
+
+def _forwards(loop, ctx) -> list:
+    return [site for site in loop.all_calls if _is_forward(site.call, ctx)]
 
 
 def _in_framework_code(function, ctx) -> bool:

@@ -13,7 +13,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis import iter_subtree, Kind, Scope, terminal_name
+from loopaudit.analysis import iter_subtree, Kind, Scope, target_names, terminal_name
 
 TENSORS = (Kind.TENSOR, Kind.HOST_TENSOR)
 _CONTAINER_NAME = re.compile(r"(?i)(^|_)(tuple|list|dict|items|pairs)s?($|_)")
@@ -35,14 +35,6 @@ def slice_names(subscript: cst.Subscript) -> set[str]:
     for element in subscript.slice:
         found |= names_in(element.slice)
     return found
-
-
-def target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in target_names(element.value)]
-    return []
 
 
 def is_container_name(name: str) -> bool:

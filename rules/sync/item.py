@@ -87,6 +87,23 @@ class ItemInStep(Rule):
         "device must be detached so it does not keep each step's autograd graph alive."
     )
     valid = (
+        # XLM's `mask_out`: the array the first line makes is replaced by a host tensor in the same
+        # block, so the read after the `if` sees only host tensors.
+        "import numpy as np\n"
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "def mask_out(x, params):\n"
+        "    if params.sample_alpha == 0:\n"
+        "        pred_mask = np.random.rand(*x.shape) <= params.word_pred\n"
+        "        pred_mask = torch.from_numpy(pred_mask.astype(np.uint8))\n"
+        "    else:\n"
+        "        pred_mask = torch.zeros(x.shape, dtype=torch.uint8)\n"
+        "    n = pred_mask.sum().item()\n"
+        "    return pred_mask, n\n"
+        "for x in train_loader:\n"
+        "    mask, n = mask_out(x, params)\n"
+        "    loss = model(x.cuda(non_blocking=True))[mask.cuda(non_blocking=True)].sum()\n"
+        "    loss.backward()\n",
         # Periodic logging: the sync happens once per interval, not per step.
         "import torch\n"
         "device = torch.device('cuda')\n"

@@ -74,6 +74,14 @@ class TensorTruthValueInStep(Rule):
         "    optimizer.step()\n"
         "    if loss_extra:\n"
         "        log(loss_extra)\n",
+        # The library's version string, read in a model's step (pix2pixHD).
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for x, y in loader:\n"
+        "    if torch.__version__.startswith('0.4'):\n"
+        "        x = x.detach()\n"
+        "    loss = model(x.cuda(non_blocking=True))\n"
+        "    loss.backward()\n",
         # Flags named like tensors (`return_loss`, `return_logits`) are flags.
         "import torch\n"
         "class VAE(torch.nn.Module):\n"
