@@ -24,6 +24,7 @@ from . import collector
 from .cache import ResultCache
 from .canonical import digest
 from .context import RuleContext
+from .analysis.config_files import read_config_values
 from .analysis.device import targets_cuda
 from .finding import Edit, Finding, FixInfo, Location, rule_url
 from .analysis.module_index import ModuleIndex, build_index
@@ -548,18 +549,18 @@ def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: R
         key = cache.facts_key(layout.signature, {path: outcome[3] for path, outcome in outcomes.items()})
         stored = cache.get(key, _DerivedFacts)
     if stored is not None:
-        derived, texts = stored
+        derived, texts, configs = stored
         if all(
             cache.content_digest(path) == read_from or layout.text_facts(path) == read
             for path, (read_from, read) in texts.items()
-        ):
+        ) and all(read_config_values(folder) == values for folder, values in configs.items()):
             return _sharing_roots(derived, layout.roots)
     summaries = {
         path: from_plain(ModuleSummary, json.loads(outcome[2])) for path, outcome in outcomes.items() if outcome[2] is not None
     }
     derived = derive_facts(layout, summaries, [path for path, outcome in outcomes.items() if outcome[3] == UNANALYSABLE])
     if cache is not None:
-        cache.put(key, (derived, layout.texts_read()), _DerivedFacts)
+        cache.put(key, (derived, layout.texts_read(), layout.configs_read()), _DerivedFacts)
     return derived
 
 
@@ -594,9 +595,12 @@ def _with_lines(result: ScanResult, cache: ResultCache | None = None) -> ScanRes
 # text: a scan that reads the project's facts back from the cache never needs to decode it) and the
 # summary's digest (what the project facts are derived from: see _derived_facts).
 Outcome = tuple[list[Finding], list[str], str | None, str | None]
-# A cache entry of derived project facts: the facts by path, and what was read from the text of files
-# (by path: the digest of the bytes read, and what they said).
-_DerivedFacts = tuple[dict[str, ProjectFacts], dict[str, tuple[str, TextFacts]]]
+# A cache entry of derived project facts: the facts by path, what was read from the text of files
+# (by path: the digest of the bytes read, and what they said), and the settings read from YAML
+# configuration files (by folder: read again to check them, as they are no file of the scan).
+_DerivedFacts = tuple[
+    dict[str, ProjectFacts], dict[str, tuple[str, TextFacts]], dict[str, tuple[tuple[str, object], ...]]
+]
 
 # The digest of a file the project asked for that gave no summary (a syntax error, no rules to run):
 # the project must not wait for it.

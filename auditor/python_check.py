@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import sys
+import warnings
 from dataclasses import dataclass
 
 # The interpreter's default, which the parser's and compiler's nesting limits derive from. The engine
@@ -53,7 +54,9 @@ def too_complex_for_python(text: str) -> Refusal | None:
 
 def _refusal(parse) -> Refusal | None:
     """`parse()`'s error as a Refusal, run with Python's default recursion limit; None if it passes."""
-    with _default_recursion_limit():
+    # The compiler also warns about the user's code (`x is not ""`): that is not ours to print.
+    with _default_recursion_limit(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         try:
             parse()
         except SyntaxError as error:

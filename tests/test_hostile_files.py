@@ -67,6 +67,15 @@ def test_each_refused_file_named_alone_gets_its_syntax_error(tmp_path, name):
     assert [f["code"] for f in json.loads(result.out)] == ["LA001"]
 
 
+def test_the_compilers_warnings_about_the_users_code_are_not_printed(tmp_path):
+    # tacotron2's text/__init__.py: `if symbol is not '_' and ...` makes CPython warn at compile time.
+    (tmp_path / "symbols.py").write_text("def keep(symbol):\n    return symbol is not '_'\n")
+    result = run_cli("scan", "symbols.py", "--no-cache", cwd=tmp_path)
+    assert result.returncode == 0, result.err
+    assert "All checks passed" in result.out
+    assert result.err == ""
+
+
 def test_valid_python_at_the_edge_of_what_python_takes_is_analysed():
     """A 2,900-deep chain is within CPython's limits (about 3,000): it is parsed and analysed, not refused."""
     source = TRAINING + "y = f" + "[0]" * 900 + "\n"

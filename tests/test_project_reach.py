@@ -206,7 +206,8 @@ CASES = {
                     self.opt = torch.optim.Adam(self.net.parameters())
 
                 def act(self, state):
-                    return self.net(state).argmax(1).item()  # expect: LA101
+                    # the action leaves autograd at once: no graph is needed (LA501)
+                    return self.net(state).argmax(1).item()  # expect: LA101, LA501
 
                 def learn(self, mem):
                     loss = self.net(mem.sample()).sum()
@@ -784,6 +785,75 @@ CASES = {
                     loss = model(data.cuda(non_blocking=True)).sum()
                     loss.backward()
                     optimizer.step()
+        """,
+    },
+    "an agent's act() whose callers in another module run it under no_grad, and one whose callers do not": {
+        "agents.py": """
+            import torch
+
+            class DrQAgent:
+                def __init__(self):
+                    self.actor = torch.nn.Linear(4, 2).cuda()
+
+                def act(self, obs):
+                    return self.actor(torch.as_tensor(obs, device="cuda")).cpu().numpy()  # expect: LA102
+
+                def explore(self, obs):
+                    return self.actor(torch.as_tensor(obs, device="cuda")).cpu().numpy()  # expect: LA102, LA501
+
+                def update(self, batch):
+                    self.actor(batch).sum().backward()
+        """,
+        "train.py": """
+            import torch
+            from agents import DrQAgent
+
+            agent = DrQAgent()
+            for step in range(1000):
+                with torch.no_grad():
+                    action = agent.act(obs)
+                noisy = agent.explore(obs)
+                obs = env.step(action)
+                agent.update(replay.sample())
+        """,
+    },
+    "loader settings read from the YAML configurations the repository ships (ParallelWaveGAN)": {
+        "conf/base.yaml": """
+            batch_size: 8
+            num_workers: 2              # Number of workers in Pytorch DataLoader.
+            pin_memory: true
+        """,
+        "conf/large.yaml": """
+            num_workers: 4
+            pin_memory: true
+        """,
+        "conf/debug.yaml": """
+            num_workers: 2
+        """,
+        "conf/cpu.yaml": """
+            num_workers: 0
+        """,
+        "model.py": """
+            import torch
+
+            def build():
+                return torch.nn.Linear(4, 1).cuda()
+        """,
+        "train.py": """
+            import torch
+            import yaml
+            from torch.utils.data import DataLoader
+            from model import build
+
+            config = yaml.safe_load(open(args.config))
+            model = build()
+            loader = DataLoader(  # expect: LA204
+                dataset, batch_size=config["batch_size"], num_workers=config["num_workers"],
+                pin_memory=config["pin_memory"],
+            )
+            for epoch in range(100):
+                for x in loader:
+                    model(x.cuda(non_blocking=True)).sum().backward()
         """,
     },
 }

@@ -66,16 +66,42 @@ def command_line_default(expr, at, depth: int = 0):
             return int(operate(left, right))
         return UNKNOWN
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
-        key = expr.slice[0].slice.value  # `cfg["num_workers"]`
-        if isinstance(key, cst.SimpleString) and dotted_name(expr.value) is not None:
+        key = expr.slice[0].slice.value  # `cfg["num_workers"]`, `cfg["training"]["n_workers"]`
+        if isinstance(key, cst.SimpleString) and _keyed_path(expr.value):
             name = key.evaluated_value
-            return _argparse_defaults(at).get(name, UNKNOWN) if isinstance(name, str) else UNKNOWN
+            if not isinstance(name, str):
+                return UNKNOWN
+            return _argparse_defaults(at).get(name, _config_file_value(name, at))
         return UNKNOWN
     if not isinstance(expr, cst.Attribute) or dotted_name(expr.value) is None:
         return UNKNOWN
     # `args.workers`, `self.args.num_workers`, `hparams.num_workers`, `config.DATA.NUM_WORKERS`: read
-    # by the option's or the key's name
-    return _argparse_defaults(at).get(expr.attr.value, UNKNOWN)
+    # by the option's or the key's name; a configuration object's also from the YAML files
+    # (`cfg.num_workers` with Hydra)
+    defaults = _argparse_defaults(at)
+    if expr.attr.value in defaults or not _CONFIGURATION_ROOT.match(dotted_name(expr.value) or ""):
+        return defaults.get(expr.attr.value, UNKNOWN)
+    return _config_file_value(expr.attr.value, at)
+
+
+# A configuration object read by attribute: `cfg.x`, `self.config.x`, `conf.data.x`, `hparams.x`.
+_CONFIGURATION_ROOT = re.compile(r"^(self\.)?(cfg|config|conf|configs|hparams|hp)(\.|$)", re.I)
+
+
+def _keyed_path(expr) -> bool:
+    """`cfg` or `cfg["training"]`: a name, or string keys on one, that a setting is looked up in."""
+    while isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        if not isinstance(expr.slice[0].slice.value, cst.SimpleString):
+            return False
+        expr = expr.value
+    return dotted_name(expr) is not None
+
+
+def _config_file_value(name: str, at):
+    """The value the repository's YAML configuration files agree on for key `name`, else UNKNOWN."""
+    facts = at.steps.facts
+    values = dict(facts.config_file_values) if facts is not None else {}
+    return values.get(name, UNKNOWN)
 
 
 def _passed_command_line_default(name: str, at, depth: int):

@@ -133,6 +133,26 @@ class Binding:
     block: int = 0
 
 
+def _tensor_check(test: cst.BaseExpression) -> str | None:
+    """The name `isinstance(v, torch.Tensor)`, `torch.is_tensor(v)` or `type(v) == torch.Tensor` tests."""
+    if isinstance(test, cst.Call) and test.args and isinstance(test.args[0].value, cst.Name):
+        called = dotted_name(test.func) or ""
+        subject = test.args[0].value.value
+        if called == "isinstance" and len(test.args) == 2 and "Tensor" in (dotted_name(test.args[1].value) or ""):
+            return subject
+        if called.endswith(".is_tensor") and len(test.args) == 1:
+            return subject
+    if (
+        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, (cst.Equal, cst.Is))
+        and isinstance(test.left, cst.Call) and dotted_name(test.left.func) == "type" and len(test.left.args) == 1
+        and isinstance(test.left.args[0].value, cst.Name)
+        and "Tensor" in (dotted_name(test.comparisons[0].comparator) or "")
+    ):
+        return test.left.args[0].value.value
+    return None
+
+
 def _stored_name(expr: cst.BaseExpression) -> str | None:
     """`loaders` or `self.loaders`: the name a container is kept under, as bound_names spells it."""
     if isinstance(expr, cst.Name):
@@ -205,6 +225,11 @@ class FunctionInfo:
             named, max(0, len(named) - defaulted), isinstance(params.star_arg, cst.Param),
             tuple(p.name.value for p in params.kwonly_params), isinstance(params.star_kwarg, cst.Param),
         )
+
+
+# The parameter name under which what callers pass into a function's `**kwargs` is kept (project.py's
+# argument kinds, tensors.py's reading of them).
+STAR_KWARGS = "**"
 
 
 @dataclass(frozen=True)
@@ -287,6 +312,9 @@ class ModuleIndex:
     # id(name read inside a comprehension) -> the bindings of its own `for` targets: in
     # `x = [x.to(device) for x in inputs]` the inner `x` is the comprehension's, never the outer `x`
     comprehension_reads: dict[int, list[Binding]] = field(default_factory=dict)
+    # id(the body of `if isinstance(v, torch.Tensor):`) -> "v": a binding of `v` there (`v = v.item()`)
+    # decides what `v` is after the `if`, whichever way the test goes (tensors.py)
+    tensor_checks: dict[int, str] = field(default_factory=dict)
 
 
 class _Indexer:
@@ -333,6 +361,9 @@ class _Indexer:
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
         elif isinstance(node, cst.If) and attribute == "body":
+            checked = _tensor_check(node.test)
+            if checked is not None:
+                self.index.tensor_checks[id(node.body)] = checked
             if is_periodic_test(node.test, self.loop, self.periodic_names):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import libcst as cst
 
 from ..canonical import content_digest
+from .config_files import read_config_values
 from .constants import At, declared_defaults, setting_value
 from .device import names_cuda
-from .module_index import FrameKind, Signature
+from .module_index import STAR_KWARGS, FrameKind, Signature
 from .names import dotted_name
 from .options import UNREAD, literal
 from ..positions import source_lines
@@ -79,6 +80,9 @@ class ProjectFacts:
     # (destination, value): the declared defaults of the command-line options of the other modules
     # (int or bool, the same wherever declared): `args.num_workers` in a data factory handed `args`
     command_line_defaults: tuple[tuple[str, object], ...] = ()
+    # (key, value): the integer and boolean settings the repository's YAML configuration files agree
+    # on (config_files.py): `config["num_workers"]` in a script that loads one
+    config_file_values: tuple[tuple[str, object], ...] = ()
     # The prefilter ruled the module out, but it loops and imports a module whose functions train or
     # hold a step loop: its loops may feed them, so it is parsed after all.
     imports_training: bool = False
@@ -98,6 +102,9 @@ class ProjectFacts:
     # selects an arm of a function of this module (options.py): tag "=" a literal value, "default"
     # left out, "unread" something that cannot be read statically
     option_values: tuple[tuple[str, str, str, object], ...] = ()
+    # (qualname, whether every call from other modules runs with autograd off): a function of this module
+    # that other modules call, and whether they all call it under `torch.no_grad()` (drqv2's `act`)
+    grad_off_callers: tuple[tuple[str, bool], ...] = ()
 
     def demand_analysis(self) -> bool:
         """Does the project need the module analysed whatever it looks like? Its step loop, its torch
@@ -111,13 +118,13 @@ class ProjectFacts:
         steps = (
             self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.returned_uses,
             self.argument_values, self.imports_training, self.active, self.reached, self.passed_step_work,
-            self.option_values,
+            self.option_values, self.grad_off_callers,
         )
         if not self.active:
             return steps
         return (
             *steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds, self.return_classes,
-            self.command_line_defaults,
+            self.command_line_defaults, self.config_file_values,
         )
 
     def grown(self, newer: ProjectFacts) -> ProjectFacts:
@@ -174,6 +181,10 @@ class CallEdge:
     callables: tuple[tuple[str, str, bool, bool], ...] = ()
     # (position or keyword, tag, value) of each argument: tag "=" with a literal's value, else "unread"
     literals: tuple[tuple[str, str, object], ...] = ()
+    grad_off: bool = False  # the call runs with autograd off (`with torch.no_grad():` around it, here or up its callers)
+    # (keyword, Kind value) of each keyword argument as the code shows it, names not taken at their
+    # word: what lands in a `**kwargs` (`meters.update(loss=loss)`)
+    keyword_kinds: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -297,7 +308,11 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             tuple(values), _outermost_class(site.frame),
             -1 if starred else sum(1 for arg in site.call.args if arg.keyword is None),
             tuple(arg.keyword.value for arg in site.call.args if arg.keyword is not None),
-            callables=callables, literals=literals,
+            callables=callables, literals=literals, grad_off=steps.under_no_grad(site.frame),
+            keyword_kinds=tuple(
+                (arg.keyword.value, tensors.shown_kind_at(arg.value, site.scope, site.frame).value)
+                for arg in site.call.args if arg.keyword is not None
+            ),
         ))
     step_loops = [loop for loop in index.loops if steps.is_step_loop(loop)]
     has_hook = any(steps.hook_name(function) is not None for function in index.functions)
@@ -544,10 +559,12 @@ class ProjectLayout:
         self._libraries: dict[str, bool] = {}
         self._packages_on_disk: dict[str, bool] = {}
         self._repositories: tuple[str, ...] = ()
+        self._configs: dict[str, tuple[tuple[str, object], ...]] = {}  # folder -> its YAML settings
         if not self.paths:
-            self.root = ""
+            self.root = self.scanned_root = ""
             return
         self.root = os.path.commonpath([os.path.dirname(p) for p in self.paths])
+        self.scanned_root = self.root  # (self.root may climb to name packages; nothing is read above this)
         self._repositories = self._outermost_repositories(self.root)
         # The scanned folder may be a package itself (`scan pytorchyolo/`, whose modules import
         # `pytorchyolo.utils.loss`): names start up to a few package levels above it.
@@ -646,6 +663,17 @@ class ProjectLayout:
     def signature(self) -> str:
         """What the layout is made of: equal signatures resolve every name the same way."""
         return repr((self.root, sorted(self._loose_folders), self._repositories, self.paths))
+
+    def config_values(self, path: str) -> tuple[tuple[str, object], ...]:
+        """The settings the YAML configuration files of the file's repository agree on (config_files.py)."""
+        folder = self.repository_of(path) or self.scanned_root
+        if folder not in self._configs:
+            self._configs[folder] = read_config_values(folder)
+        return self._configs[folder]
+
+    def configs_read(self) -> dict[str, tuple[tuple[str, object], ...]]:
+        """What was read from YAML configuration files so far, by folder."""
+        return dict(self._configs)
 
     def text_facts(self, path: str) -> TextFacts:
         return self._read(path)
@@ -818,8 +846,12 @@ def derive_facts(
     entered: dict[str, dict[str, str]] = {}
     passed: dict[str, set[tuple[str, str]]] = {}
     selecting: dict[str, set[tuple[str, str, str, object]]] = {}  # option_values, by module
+    grad_off: dict[str, dict[str, bool]] = {}  # grad_off_callers, by module
     for path, edges in resolved.items():
         for edge, file, qualname in edges:
+            if file != path:
+                known = grad_off.setdefault(file, {})
+                known[qualname] = known.get(qualname, True) and edge.grad_off
             target = summaries[file].functions.get(qualname) if file in summaries else None
             if target is not None:
                 # Callbacks: a function handed to `qualname` for a parameter it calls.
@@ -900,6 +932,10 @@ def derive_facts(
             params = target.params if target is not None else ()
             for key, kind in edge.arguments:
                 kinds.setdefault(file, {}).setdefault((qualname, _parameter_named(params, key)), set()).add(kind)
+            for key, kind in edge.keyword_kinds:
+                if target is not None and _into_star_kwargs(target.signature, key):
+                    # `meters.update(loss=loss)` into `def update(self, **kwargs)`
+                    kinds.setdefault(file, {}).setdefault((qualname, STAR_KWARGS), set()).add(kind)
             for key, cls in edge.classes:
                 name = _parameter_named(params, key)
                 where = _absolute_class(layout, path, cls)
@@ -941,6 +977,8 @@ def derive_facts(
             active=path in active,
             reached=path in reached,
             command_line_defaults=options if path in active else (),
+            config_file_values=layout.config_values(path) if path in active else (),
+            grad_off_callers=tuple(sorted(grad_off.get(path, {}).items())),
             passed_step_work=tuple(sorted(passed.get(path, ()))),
             option_values=tuple(sorted(selecting.get(path, ()), key=repr)),
         )
@@ -997,6 +1035,14 @@ def _is_torch_module(layout: ProjectLayout, path: str, cls: str, summaries, dept
             if _is_torch_module(layout, hit[0], hit[1].rsplit(".", 1)[0], summaries, depth + 1):
                 return True
     return False
+
+
+def _into_star_kwargs(signature: Signature, key: str) -> bool:
+    """Does the keyword argument `key` land in the function's `**kwargs`?"""
+    return (
+        not key.isdigit() and signature.star_kwargs
+        and key not in signature.params and key not in signature.keyword_only
+    )
 
 
 def _parameter_named(params: tuple[str, ...], key: str) -> str:

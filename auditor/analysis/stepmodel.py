@@ -166,6 +166,8 @@ class StepModel:
         self._by_name: dict[int, bool] = {}  # id(call) -> whether it resolves by the method's name
         self._options: dict[tuple[int, int], tuple[str, ...]] = {}  # option_params, by function and depth
         self._entered: dict[int, str] = self._entered_from_elsewhere()
+        # qualname -> whether every call of it from other modules runs with autograd off
+        self._grad_off_elsewhere: dict[str, bool] = dict(facts.grad_off_callers) if facts is not None else {}
         self._engine_hooks: dict[int, str] = self._find_engine_hooks()
         for site in index.calls:
             for function in self.resolve(site):
@@ -1323,7 +1325,7 @@ class StepModel:
     def under_no_grad(self, frame: Frame, seen: frozenset = frozenset()) -> bool:
         """Does code in `frame` run with autograd off: inside `with torch.no_grad():` /
         `torch.inference_mode()` / `torch.set_grad_enabled(False)`, in a function decorated with one,
-        or in a function all of whose call sites in this module are?"""
+        or in a function all of whose call sites are, in this module and in the others that call it?"""
         current: Frame | None = frame
         while current is not None:
             if current.kind is FrameKind.WITH and any(
@@ -1336,7 +1338,8 @@ class StepModel:
                     return False
                 if any(self.disables_grad(d.decorator) for d in function.node.decorators):
                     return True
-                if id(function) in seen or not function.call_sites:
+                elsewhere = self._grad_off_elsewhere.get(function.qualname)  # None: no caller in another module
+                if id(function) in seen or (not function.call_sites and elsewhere is None) or elsewhere is False:
                     return False
                 return all(self.under_no_grad(site.frame, seen | {id(function)}) for site in function.call_sites)
             current = current.parent

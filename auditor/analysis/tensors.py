@@ -17,7 +17,7 @@ import re
 
 import libcst as cst
 
-from .module_index import Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
+from .module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
 from .names import dotted_name, terminal_name
 from .patterns import calls_a_model, param_default, unwrap_iterable
 from .stepmodel import StepModel, argument_for, indexed_walk
@@ -163,6 +163,15 @@ class TensorInference:
         finally:
             self._where = saved
 
+    def shown_kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
+        """`kind_at` without taking tensor-like names at their word (`losses_reduced`, a float): what
+        the code shows. For values that fan into `**kwargs`, where one tensor makes them all count."""
+        saved, self._guess_from_names = self._guess_from_names, False
+        try:
+            return self.kind_at(expr, scope, frame)
+        finally:
+            self._guess_from_names = saved
+
     def kind(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> Kind:
         if depth > 12:
             return Kind.UNKNOWN
@@ -281,6 +290,9 @@ class TensorInference:
                 return Kind.UNKNOWN
             # ignite hands its process function the loader's batch as it is: the function moves it.
             return Kind.HOST_TENSOR if hook.startswith("ignite") else Kind.TENSOR
+        star = function.params.star_kwarg
+        if isinstance(star, cst.Param) and star.name.value == name:
+            return self._keywords_kind(info, depth) if info is not None else Kind.UNKNOWN
         if owner is None or function.name.value != "forward" or not self.steps.is_torch_module(owner):
             return self._argument_kind(name, info, depth) if info is not None else Kind.UNKNOWN
         passed = _merge(self._passed_elsewhere(name, info)) if info is not None else Kind.UNKNOWN
@@ -307,6 +319,23 @@ class TensorInference:
             for argument, scope in self.arguments_for(name, function)
         ]
         return _merge(kinds + self._passed_elsewhere(name, function))
+
+    def _keywords_kind(self, function, depth: int = 0) -> Kind:
+        """What the callers pass into `**kwargs`, here and in other modules: a device tensor when any
+        keyword passes one (`meters.update(loss=loss, lr=lr)`: a loop over the values reads each in
+        turn, so one device tensor is enough to wait for)."""
+        depth = max(depth, 6) + 2
+        named = set(function.positional_params) | {p.name.value for p in function.node.params.kwonly_params}
+        saved, self._guess_from_names = self._guess_from_names, False  # (see shown_kind_at)
+        try:
+            kinds = [
+                self.kind(arg.value, site.scope, depth)
+                for site in function.call_sites[:8] for arg in site.call.args
+                if arg.keyword is not None and arg.keyword.value not in named
+            ]
+        finally:
+            self._guess_from_names = saved
+        return _merge(kinds + self._passed_elsewhere(STAR_KWARGS, function))
 
     def _passed_elsewhere(self, name: str, function) -> list[Kind]:
         """What the call sites in other modules pass for parameter `name` (project.py)."""
@@ -344,7 +373,7 @@ class TensorInference:
             block = self.index.block_parents.get(block)
         if last is None:
             return None
-        seen = [b for b in earlier if b.order >= last.order]
+        seen = self._unshadowed([b for b in earlier if b.order >= last.order], order, name) or [last]
         # A loop between that binding and the read carries its own later bindings round to the read.
         between = []
         loop = read_loop
@@ -387,13 +416,25 @@ class TensorInference:
         ]
         if not replacing:
             return bindings
+        # `if isinstance(v, torch.Tensor): v = v.item()` decides what `v` is after the `if` on both
+        # paths (converted, or never a tensor): it replaces what came before as a binding beside it would.
+        reach = {
+            id(later): self.index.block_parents.get(later.block, later.block)
+            if self.index.tensor_checks.get(later.block) == read.value else later.block
+            for later in replacing
+        }
         kept = []
         for binding in bindings:
             around, blocks = binding.block, set()
             while around is not None:
                 blocks.add(around)
                 around = self.index.block_parents.get(around)
-            if not any(later.block in blocks and binding.order < later.order for later in replacing):
+            if binding.kind == "loop" and binding.loop is not None and binding.loop.node.body is not None:
+                blocks.add(id(binding.loop.node.body))  # a loop's target is bound anew at the top of its body
+            if not any(
+                reach[id(later)] in blocks and binding.order < later.order and later is not binding
+                for later in replacing
+            ):
                 kept.append(binding)
         return kept
 
@@ -469,7 +510,7 @@ class TensorInference:
             # `logits, loss = model(x, y)`, `x, y = batch`: elements of tensors' containers are tensors.
             return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
         if binding.kind == "loop":
-            kind = self._loop_element_kind(value, scope, binding.position)
+            kind = self._loop_element_kind(value, scope, binding.position, depth)
             # (the loop's own target: a comprehension inside a step loop walks something else)
             own_target = binding.loop is not None and isinstance(binding.loop.node, cst.For) and (
                 value is binding.loop.node.iter or self._contains.holds(binding.loop.node.iter, value)
@@ -508,16 +549,16 @@ class TensorInference:
         # `for optim in optimizers: init_state(optim)` trains too, but over the things that train.
         return bool(iterables) and not any(_NOT_BATCHES.search(terminal_name(i) or "") for i in iterables)
 
-    def _loop_element_kind(self, iterable: cst.BaseExpression, scope: Scope, position: int) -> Kind:
+    def _loop_element_kind(self, iterable: cst.BaseExpression, scope: Scope, position: int, depth: int = 6) -> Kind:
         wrapper = terminal_name(iterable.func) if isinstance(iterable, cst.Call) else None
         if wrapper in ("zip", "enumerate"):
             args = _call_arguments(iterable)
             if wrapper == "enumerate":
                 if position == 0:
                     return Kind.NOT_TENSOR  # the index
-                return self._loop_element_kind(args[0], scope, 0) if args else Kind.UNKNOWN
+                return self._loop_element_kind(args[0], scope, 0, depth) if args else Kind.UNKNOWN
             # zip(loader, range(a, b)): element i comes from the i-th iterable.
-            return self._loop_element_kind(args[position], scope, 0) if position < len(args) else Kind.UNKNOWN
+            return self._loop_element_kind(args[position], scope, 0, depth) if position < len(args) else Kind.UNKNOWN
         if wrapper in ("range", "trange"):
             return Kind.NOT_TENSOR
         if wrapper in _PARAMETER_ITERATORS and isinstance(iterable.func, cst.Attribute):
@@ -526,7 +567,7 @@ class TensorInference:
             return Kind.TENSOR if wanted else Kind.NOT_TENSOR
         if wrapper in ("items", "values") and isinstance(iterable.func, cst.Attribute):
             # `for k, v in batch.items()`: the values of a batch dict are where the batch is.
-            container = self.kind(iterable.func.value, scope, 6)
+            container = self.kind(iterable.func.value, scope, depth)
             wanted = position == 1 if wrapper == "items" else position == 0
             if wanted and container in (Kind.TENSOR, Kind.HOST_TENSOR):
                 return container
@@ -536,14 +577,14 @@ class TensorInference:
         ):
             # A DataLoader yields host tensors (pinned or not); the script moves them to the device.
             return Kind.HOST_TENSOR
-        if isinstance(iterable, cst.Name) and self._batch_part_on_host(iterable, scope):
+        if isinstance(iterable, cst.Name) and self._batch_part_on_host(iterable, scope, depth):
             # `for image in images` where `images` is (part of) a batch still on the host.
             return Kind.HOST_TENSOR
-        if self.kind(iterable, scope, 6) is Kind.HOST_TENSOR:
+        if self.kind(iterable, scope, depth) is Kind.HOST_TENSOR:
             return Kind.HOST_TENSOR  # the rows of a host tensor (or the items of a list of them)
         return Kind.UNKNOWN
 
-    def _batch_part_on_host(self, iterable: cst.Name, scope: Scope) -> bool:
+    def _batch_part_on_host(self, iterable: cst.Name, scope: Scope, depth: int = 6) -> bool:
         """Is the name iterated here bound only by loops and unpacking to host tensors? A binding
         whose own value holds this loop does not count: in `images = [i.to(device) for i in images]`
         the comprehension still reads the batch from the loader, not the moved list."""
@@ -554,8 +595,8 @@ class TensorInference:
         if not reaching or any(b.kind not in ("loop", "element") for b in reaching):
             return False
         if len(reaching) == len(found[0]):
-            return self.kind(iterable, scope, 6) is Kind.HOST_TENSOR
-        return _merge([self._binding_kind(b, 6) for b in reaching]) is Kind.HOST_TENSOR
+            return self.kind(iterable, scope, depth) is Kind.HOST_TENSOR
+        return _merge([self._binding_kind(b, depth) for b in reaching]) is Kind.HOST_TENSOR
 
     # --- attributes, subscripts ----------------------------------------------------------------
 

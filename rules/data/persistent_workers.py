@@ -82,12 +82,14 @@ class WorkersRespawnedEachEpoch(Rule):
         "script declares; also a helper's parameter that every caller, in this module or another of the "
         "scanned project, fills with such a value, and simple arithmetic on it such as "
         "`int(num_workers / 2)`; arguments gathered in a dict literal or `dict(...)` and passed as "
-        "`**loader_args` are read too), when `persistent_workers` is not passed or is `False`, and a step loop "
+        "`**loader_args` are read too; so is a configuration key, `config[\"num_workers\"]` or `cfg.num_workers`, "
+        "that at least three in four of the repository's YAML files setting it set to a positive number), "
+        "when `persistent_workers` is not passed or is `False`, and a step loop "
         "iterates the same loader object again and again: inside an epoch loop, or in a function called "
         "from one. Also the loaders a LightningModule or LightningDataModule returns from "
         "`train_dataloader()` / `val_dataloader()`. A loader built anew at each call (inside "
         "`validate()`) is not flagged: its workers could not be kept anyway. Values that cannot be "
-        "read statically (`num_workers=cfg.workers`, `persistent_workers=args.persistent`) are not "
+        "read statically (`num_workers=cfg.workers` with no YAML file that sets it, `persistent_workers=args.persistent`) are not "
         "flagged."
     )
     why_it_costs = (

@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis import FORWARD_CALLEE, FrameKind, is_training_call, iter_subtree, terminal_name
+from loopaudit.analysis import FORWARD_CALLEE, FrameKind, Kind, is_training_call, iter_subtree, terminal_name
 from loopaudit.rule import Group, Report, Rule
 
 # Functions that evaluate: `evaluate`, `validate`, `test`, `eval_epoch`, `run_validation`, nanoGPT's
@@ -34,7 +34,12 @@ class EvalWithoutNoGrad(Rule):
         "`torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)`: as a `with`, as a "
         "decorator, or around every call of the function in the module. Reported at the forward passes, "
         "where the graph is recorded: one finding at the first, with the loop's other forward passes "
-        "(nested loops included) listed beside it. "
+        "(nested loops included) listed beside it. Also flagged, outside any loop, in a function that runs "
+        "once per step: a forward pass after `.eval()` when the function trained before it and trains no "
+        "more (pygcn's `train(epoch)` validating after its update); one in a function named like an "
+        "evaluation; and one in a function that trains nowhere, stores nothing, and hands back only "
+        "NumPy arrays, Python values or host tensors (an agent's `select_action(state)` returning "
+        "`self.actor(state).cpu().numpy()`), whose graph is thrown away as soon as it is built. "
         "Not flagged: loops that call `backward()`, `optimizer.step()` or `torch.autograd.grad` (attacks, "
         "saliency, test-time training need gradients), loops that set `requires_grad`, and framework hooks "
         "(Lightning's `validation_step`, `test_step`, HF `prediction_step`), which the framework already "
@@ -123,6 +128,29 @@ class EvalWithoutNoGrad(Rule):
         "for epoch in range(200):\n"
         "    train(epoch)\n"
         "    finetune(epoch)\n",
+        # An agent that keeps the policy's output for a later backward (A2C's rollout), and one that
+        # acts under no_grad.
+        "import torch\n"
+        "class Agent:\n"
+        "    def __init__(self):\n"
+        "        self.actor = Actor().cuda()\n"
+        "        self.log_probs = []\n"
+        "    def act(self, obs):\n"
+        "        dist = self.actor(torch.as_tensor(obs, device='cuda'))\n"
+        "        action = dist.sample()\n"
+        "        self.log_probs.append(dist.log_prob(action))\n"
+        "        return action.cpu().numpy()\n"
+        "    @torch.no_grad()\n"
+        "    def greedy(self, obs):\n"
+        "        return self.actor(torch.as_tensor(obs, device='cuda')).mean.cpu().numpy()\n"
+        "    def update(self, returns):\n"
+        "        loss = -(torch.stack(self.log_probs) * returns).sum()\n"
+        "        loss.backward()\n"
+        "agent = Agent()\n"
+        "for step in range(1000):\n"
+        "    obs, reward, done, _ = env.step(agent.act(obs))\n"
+        "    env.step(agent.greedy(obs))\n"
+        "    agent.update(reward)\n",
         # Lightning runs validation_step under no_grad itself.
         "import torch\n"
         "import lightning as L\n"
@@ -173,6 +201,22 @@ class EvalWithoutNoGrad(Rule):
         "    loss_val = loss_fn(output[idx_val], labels[idx_val])\n"
         "for epoch in range(200):\n"
         "    train(epoch)\n",
+        # An agent's action, handed back as a NumPy array: the graph of every step is thrown away.
+        "import torch\n"
+        "class TD3:\n"
+        "    def __init__(self):\n"
+        "        self.actor = Actor().cuda()\n"
+        "    def select_action(self, state):\n"
+        "        state = torch.FloatTensor(state.reshape(1, -1)).cuda()\n"
+        "        return self.actor(state).cpu().data.numpy().flatten()  # expect: LA501\n"
+        "    def train(self, batch):\n"
+        "        loss = self.actor(batch).mean()\n"
+        "        loss.backward()\n"
+        "policy = TD3()\n"
+        "for t in range(1000):\n"
+        "    action = policy.select_action(state)\n"
+        "    state, reward, done, _ = env.step(action)\n"
+        "    policy.train(replay_buffer.sample())\n",
     )
 
     node_types = (cst.For, cst.While, cst.Call)
@@ -225,13 +269,20 @@ def _evaluation_in_step(call: cst.Call, ctx):
         return
     named = _EVAL_FUNCTION.match(function.name) is not None
     before, after = _training_around(call, function.node, ctx)
-    if after or not (named or (before and _after_eval_mode(call, function.node, ctx))):
+    # An agent's `act(obs)`: the output leaves autograd at once, handed back as NumPy or Python values.
+    acts = not before and not after and _hands_back_host_values(function, ctx) and _keeps_nothing(function.node)
+    if after or not (named or acts or (before and _after_eval_mode(call, function.node, ctx))):
         return  # a forward whose graph a later backward uses, or a model merely switched to eval mode
     if ctx.steps.reason(ctx.frame) is None or ctx.steps.under_no_grad(ctx.frame):
         return
     if _grad_disabled_by_call(function.node, ctx) or _sets_requires_grad(function.node):
         return
-    why = f"`{function.name}()`" if named else "after `.eval()`, after the step's update"
+    if named:
+        why = f"`{function.name}()`"
+    elif acts:
+        why = f"`{function.name}()` hands back host values, so the graph is thrown away"
+    else:
+        why = "after `.eval()`, after the step's update"
     yield Report(
         call,
         f"this forward pass evaluates once per step ({why}) with autograd recording: it saves activations "
@@ -256,6 +307,51 @@ def _training_around(call: cst.Call, root, ctx) -> tuple[bool, bool]:
             else:
                 before = True
     return before, after
+
+
+def _hands_back_host_values(function, ctx) -> bool:
+    """Does every `return` give back what a host conversion made: `return self.actor(s).cpu().numpy()`,
+    `return to_np(action[0])`, or a name bound only to such values?"""
+    return bool(function.returns) and all(_host_value(value, function, ctx, True) for value in function.returns)
+
+
+# Methods that turn a tensor into NumPy or Python values, or copy it to the host.
+_TO_HOST = frozenset({"numpy", "item", "tolist", "cpu"})
+
+
+def _host_value(value, function, ctx, follow_names: bool) -> bool:
+    if isinstance(value, cst.Name) and follow_names:
+        found = function.scope.lookup(value.value)
+        bindings = found[0] if found and found[1] is function.scope else []
+        return bool(bindings) and all(b.kind == "value" and _host_value(b.value, function, ctx, False) for b in bindings)
+    inner = value
+    while isinstance(inner, (cst.Call, cst.Attribute, cst.Subscript)):
+        if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in _TO_HOST:
+            return True
+        inner = inner.func if isinstance(inner, cst.Call) else inner.value
+    # A helper that converts what it is given (`to_np(action[0])`): a tensor in, no tensor out.
+    return (
+        isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)) and bool(value.args)
+        and ctx.tensors.kind(value, function.scope) in (Kind.NOT_TENSOR, Kind.HOST_TENSOR)
+        and ctx.tensors.kind(value.args[0].value, function.scope) is Kind.TENSOR
+    )
+
+
+# Methods that keep what they are given: a forward's output stored for a later backward (A2C's
+# `self.log_probs.append(dist.log_prob(action))`) is not thrown away.
+_KEEPING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "put", "push", "store", "add_"})
+
+
+def _keeps_nothing(root) -> bool:
+    """The function stores nothing in an attribute, an element or a container."""
+    for n in iter_subtree(root):
+        if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            if any(isinstance(t, (cst.Attribute, cst.Subscript)) for t in targets):
+                return False
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _KEEPING_METHODS:
+            return False
+    return True
 
 
 def _sets_requires_grad(root) -> bool:

@@ -38,6 +38,22 @@ def _reads_in_step(node: cst.CSTNode, ctx) -> Group:
     )
 
 
+# A metric logger (SSD's, VideoMAE's) that reads every value it is handed; MARK takes an expect mark.
+_METRIC_LOGGER = (
+    "import torch\n"
+    "class MetricLogger:\n"
+    "    def __init__(self):\n"
+    "        self.meters = {}\n"
+    "    def update(self, **kwargs):\n"
+    "        for k, v in kwargs.items():\n"
+    "            if isinstance(v, torch.Tensor):\n"
+    "                v = v.item()MARK\n"
+    "            self.meters[k] = v\n"
+    "model = Net().cuda()\n"
+    "meters = MetricLogger()\n"
+)
+
+
 class ItemInStep(Rule):
     code = "LA101"
     name = "item-in-step"
@@ -87,6 +103,14 @@ class ItemInStep(Rule):
         "device must be detached so it does not keep each step's autograd graph alive."
     )
     valid = (
+        # A metric logger whose `update(**kwargs)` reads each value, handed only Python numbers.
+        _METRIC_LOGGER.replace("MARK", "") +
+        "for step, x in enumerate(train_loader):\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    if step % 100 == 0:\n"
+        "        value = loss.item()\n"
+        "    meters.update(step=step, lr=optimizer.param_groups[0]['lr'])\n",
         # XLM's `mask_out`: the array the first line makes is replaced by a host tensor in the same
         # block, so the read after the `if` sees only host tensors.
         "import numpy as np\n"
@@ -173,6 +197,12 @@ class ItemInStep(Rule):
         "    torch.save({'scaler': scaler.state_dict()}, 'ckpt.pt')\n",
     )
     invalid = (
+        # The same logger: a caller passes the loss itself.
+        _METRIC_LOGGER.replace("MARK", "  # expect: LA101") +
+        "for x in train_loader:\n"
+        "    loss = model(x.cuda(non_blocking=True)).sum()\n"
+        "    loss.backward()\n"
+        "    meters.update(loss=loss, lr=optimizer.param_groups[0]['lr'])\n",
         # A count read at once waits twice; the line is one finding (LA105 leaves it to this rule).
         "import torch\n"
         "for x, t in loader:\n"
