@@ -133,6 +133,19 @@ class Binding:
     block: int = 0
 
 
+def _arms(node: cst.If) -> tuple[int, ...] | None:
+    """The ids of the arm blocks of the chain starting at `node`, when it ends in `else:`."""
+    arms = []
+    current: cst.If | cst.Else | None = node
+    while isinstance(current, cst.If):
+        arms.append(id(current.body))
+        current = current.orelse
+    if not isinstance(current, cst.Else):
+        return None
+    arms.append(id(current.body))
+    return tuple(arms)
+
+
 def _tensor_check(test: cst.BaseExpression) -> str | None:
     """The name `isinstance(v, torch.Tensor)`, `torch.is_tensor(v)` or `type(v) == torch.Tensor` tests."""
     if isinstance(test, cst.Call) and test.args and isinstance(test.args[0].value, cst.Name):
@@ -315,6 +328,9 @@ class ModuleIndex:
     # id(the body of `if isinstance(v, torch.Tensor):`) -> "v": a binding of `v` there (`v = v.item()`)
     # decides what `v` is after the `if`, whichever way the test goes (tensors.py)
     tensor_checks: dict[int, str] = field(default_factory=dict)
+    # id(an arm's block) -> the blocks of every arm of its `if`/`elif`/`else` chain, for chains that end
+    # in `else:` (one arm always runs): a name every arm binds is replaced after the chain (tensors.py)
+    exhaustive_arms: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 class _Indexer:
@@ -361,6 +377,10 @@ class _Indexer:
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
         elif isinstance(node, cst.If) and attribute == "body":
+            arms = _arms(node)
+            if arms is not None:
+                for arm in arms:
+                    self.index.exhaustive_arms.setdefault(arm, arms)  # (the chain's first `if` is met first)
             checked = _tensor_check(node.test)
             if checked is not None:
                 self.index.tensor_checks[id(node.body)] = checked

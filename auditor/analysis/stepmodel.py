@@ -165,6 +165,7 @@ class StepModel:
         self._guarded_calls: dict[int, list[CallSite]] | None = None  # id(periodic frame) -> the calls in its body
         self._by_name: dict[int, bool] = {}  # id(call) -> whether it resolves by the method's name
         self._options: dict[tuple[int, int], tuple[str, ...]] = {}  # option_params, by function and depth
+        self._device_placed: set[int] | None = None  # device_placed_loops, once asked
         self._entered: dict[int, str] = self._entered_from_elsewhere()
         # qualname -> whether every call of it from other modules runs with autograd off
         self._grad_off_elsewhere: dict[str, bool] = dict(facts.grad_off_callers) if facts is not None else {}
@@ -1196,20 +1197,48 @@ class StepModel:
                 found.append(loop)
         return found
 
+    def device_placed_loops(self) -> set[int]:
+        """ids of the loops over an iterator built to place its batches on a device itself
+        (torchtext's `BucketIterator(data, batch_size=b, device=device)`): their items are device
+        tensors, not a batch to copy."""
+        if self._device_placed is None:
+            self._device_placed = {
+                id(loop)
+                for site in self.index.calls
+                if _places_on_device(site.call)
+                for loop in self.loops_over(site.call)
+            }
+        return self._device_placed
+
     def _loops_over_entry(self, container: str, scope: Scope, key: str | None) -> list[LoopInfo]:
         """The loops over `container[key]`, or over `container[phase]` with any key: the loaders of
         `loaders = {"train": DataLoader(...), "val": ...}` in `for x in loaders[phase]`."""
         found = []
         for loop in self.index.loops:
             for expr in drawn_from(loop):
-                if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
-                    continue
-                index = expr.slice[0].slice
-                read = index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
-                if (key is None or read is None or read == key) and self._refers_to(expr.value, container, scope, loop.scope, depth=0):
+                if self._entry_of(expr, container, scope, key, loop.scope):
                     found.append(loop)
                     break
         return found
+
+    def _entry_of(self, expr: cst.BaseExpression, container: str, scope: Scope, key: str | None, where: Scope) -> bool:
+        """Is `expr` (read in `where`) the container's entry under `key`: `loaders["train"]`,
+        `loaders[phase]`, or `loader` of `for phase, loader in loaders.items()` (or `.values()`)?"""
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+            index = expr.slice[0].slice
+            read = index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
+            return (key is None or read is None or read == key) and self._refers_to(expr.value, container, scope, where, depth=0)
+        if not isinstance(expr, cst.Name):
+            return False
+        found = where.lookup(expr.value)
+        for binding in found[0] if found else ():
+            value = binding.value
+            if binding.kind != "loop" or not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+                continue
+            wanted = {"items": 1, "values": 0}.get(value.func.attr.value)
+            if wanted == binding.position and self._refers_to(value.func.value, container, scope, where, depth=0):
+                return True
+        return False
 
     def returning(self, value: cst.BaseExpression) -> FunctionInfo | None:
         """The function whose `return` statement gives back `value` itself (or as an element of a tuple)."""
@@ -1659,6 +1688,18 @@ def drawn_from(loop: LoopInfo) -> list[cst.BaseExpression]:
         if isinstance(site.call.func, cst.Name) and site.call.func.value == "next" and site.call.args
     ]
     return drawn
+
+
+# Iterators that take a `device=` and put each batch there: torchtext's (legacy) Iterator family.
+_PLACING_ITERATOR = re.compile(r"(Bucket|BPTT)?Iterator$")
+
+
+def _places_on_device(call: cst.Call) -> bool:
+    """`BucketIterator(train, batch_size=b, device=device)`, with a device other than the CPU."""
+    if not _PLACING_ITERATOR.search(terminal_name(call.func) or ""):
+        return False
+    device = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"), None)
+    return device is not None and not (isinstance(device, cst.SimpleString) and "cpu" in device.value)
 
 
 def _moves_itself(binding: Binding, name: str) -> bool:

@@ -220,10 +220,13 @@ class TensorInference:
             bindings = seen_here if seen_here is not None else self._before_reading(self._reaching(bindings), owner)
         if seen_here is None and scope is owner:
             bindings = self._not_later(expr, bindings)
-        if len(bindings) > 1:
-            # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made:
-            # a binding is never what its own right-hand side reads.
-            bindings = [b for b in bindings if not self._contains.holds(b.value, expr)] or bindings
+        if len(bindings) > 1 or (bindings and name in owner.params):
+            # In `outputs = nms(outputs)`, the `outputs` passed in is what an earlier binding made
+            # (or, for a parameter, `x = x.to(device)`, what the callers pass): a binding is never
+            # what its own right-hand side reads.
+            bindings = [b for b in bindings if not self._contains.holds(b.value, expr)] or (
+                [] if name in owner.params else bindings
+            )
         # A read that sees only the bindings before it in its block cannot be part of a cycle: those
         # bindings' own reads see still earlier ones. Its key is the read itself.
         key = (id(owner), name) if seen_here is None else (id(owner), name, id(expr))
@@ -434,9 +437,19 @@ class TensorInference:
             if not any(
                 reach[id(later)] in blocks and binding.order < later.order and later is not binding
                 for later in replacing
-            ):
+            ) and not self._every_arm_replaces(binding, blocks, replacing):
                 kept.append(binding)
         return kept
+
+    def _every_arm_replaces(self, binding: Binding, blocks: set[int], replacing: list[Binding]) -> bool:
+        """Does an `if`/`elif`/`else` chain after `binding`, at its level or around it, bind the name
+        anew in every arm (`if a: y = y.numpy() elif b: ... else: y = ...`)?"""
+        arms_binding = {later.block for later in replacing if later.order > binding.order}
+        for arm in arms_binding:
+            chain = self.index.exhaustive_arms.get(arm)
+            if chain is not None and self.index.block_parents.get(arm) in blocks and all(a in arms_binding for a in chain):
+                return True
+        return False
 
     def reaching_bindings(self, bindings: list[Binding], frame: Frame | None) -> list[Binding]:
         """The bindings of a name that reach an expression in `frame` (see `_reaching`)."""
@@ -515,6 +528,8 @@ class TensorInference:
             own_target = binding.loop is not None and isinstance(binding.loop.node, cst.For) and (
                 value is binding.loop.node.iter or self._contains.holds(binding.loop.node.iter, value)
             )
+            if own_target and id(binding.loop) in self.steps.device_placed_loops():
+                return Kind.TENSOR  # the iterator put the batch on the device itself
             if kind is Kind.UNKNOWN and own_target and self._yields_batches(binding.loop):
                 return Kind.HOST_TENSOR
             return kind

@@ -89,6 +89,18 @@ class BlockingBatchCopy(Rule):
         "which changes what the model holds; `non_blocking=True` from its pageable memory would only hide it)."
     )
     valid = (
+        # torchtext's iterator puts each batch on the device itself: the `.to(device)` moves nothing.
+        "import torch\n"
+        "from torchtext.data import BucketIterator\n"
+        "device = torch.device('cuda')\n"
+        "model = Net().to(device)\n"
+        "def train_epoch(model, training_data):\n"
+        "    for batch in training_data:\n"
+        "        src = batch.src.transpose(0, 1).to(device)\n"
+        "        model(src).sum().backward()\n"
+        "train_iterator = BucketIterator(train, batch_size=64, device=device, train=True)\n"
+        "for epoch in range(10):\n"
+        "    train_epoch(model, train_iterator)\n",
         # A grid a helper builds from sizes alone is no batch (RAFT's `coords_grid`).
         "import torch\n"
         "from utils import coords_grid\n"
@@ -195,6 +207,17 @@ class BlockingBatchCopy(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A step helper that moves the batch it is handed onto its own parameter's name.
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "model = Net().to(device)\n"
+        "def train_step(x, y):\n"
+        "    x = x.to(device)  # expect: LA202\n"
+        "    loss = criterion(model(x), y.to(device, non_blocking=True))\n"
+        "    loss.backward()\n"
+        "for epoch in range(10):\n"
+        "    for x, y in train_loader:\n"
+        "        train_step(x, y)\n",
         # A comprehension's own target is the batch's element, whatever a name outside it holds
         # (ParallelWaveGAN's `_parse_batch`, where `x` is also the moved result).
         "import torch\n"

@@ -175,6 +175,18 @@ class WorkersRespawnedEachEpoch(Rule):
         "    validate(val_set)\n",
     )
     invalid = (
+        # Loaders in a dict, walked phase by phase (wavenet_vocoder's `data_loaders.items()`).
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def train_loop(model, data_loaders, epochs):\n"
+        "    for epoch in range(epochs):\n"
+        "        for phase, data_loader in data_loaders.items():\n"
+        "            for x in data_loader:\n"
+        "                model(x.cuda(non_blocking=True)).sum().backward()\n"
+        "data_loaders = {\n"
+        "    'train': DataLoader(train_set, batch_size=8, num_workers=2, pin_memory=True),  # expect: LA204\n"
+        "}\n"
+        "train_loop(Net().cuda(), data_loaders, 100)\n",
         # Loaders kept in a dict and handed to a trainer class, which iterates one every epoch
         # (ParallelWaveGAN's `data_loader = {"train": ..., "dev": ...}`); the "dev" one is never iterated.
         "import torch\n"

@@ -103,6 +103,20 @@ class ItemInStep(Rule):
         "device must be detached so it does not keep each step's autograd graph alive."
     )
     valid = (
+        # Every arm of an `if`/`elif`/`else` turns the output into a NumPy array: the reads after it
+        # read NumPy values (wavenet_vocoder's `batch_wavegen`).
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for x in test_loader:\n"
+        "    with torch.no_grad():\n"
+        "        y = model(x.cuda(non_blocking=True))\n"
+        "    if mode == 'quantized':\n"
+        "        y = y.argmax(1).cpu().numpy()\n"
+        "    elif mode == 'mulaw':\n"
+        "        y = y.squeeze(1).cpu().numpy()\n"
+        "    else:\n"
+        "        y = y.cpu().numpy()\n"
+        "    peak = y.max().item()\n",
         # A metric logger whose `update(**kwargs)` reads each value, handed only Python numbers.
         _METRIC_LOGGER.replace("MARK", "") +
         "for step, x in enumerate(train_loader):\n"
