@@ -94,6 +94,20 @@ class PerSampleLoop(Rule):
         "BatchNorm behave differently on a batch of one than on the whole batch."
     )
     valid = (
+        # A multi-scale loss walks the tuple of outputs, one per scale (FlowNet2's MultiScale).
+        "import torch\n"
+        "class MultiScale(torch.nn.Module):\n"
+        "    def forward(self, output, target):\n"
+        "        loss = 0\n"
+        "        if type(output) is tuple:\n"
+        "            for i, output_ in enumerate(output):\n"
+        "                loss += self.weights[i] * (output_ - self.pools[i](target)).abs().mean()\n"
+        "            return loss\n"
+        "        return (output - target).abs().mean()\n"
+        "model = Net().cuda()\n"
+        "criterion = MultiScale()\n"
+        "for x, y in train_loader:\n"
+        "    criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True)).backward()\n",
         # A helper walking what it is handed: a model's outputs may be a tuple of heads (YOLO's three
         # detection layers), not a batch.
         "import torch\n"
@@ -204,7 +218,7 @@ class PerSampleLoop(Rule):
                 return
             finder = _Elements(ctx, indices=indices, elements=set())
         else:
-            if not _iterates_tensors(iterable, ctx):
+            if not _iterates_tensors(iterable, ctx) or _tested_as_container(iterable, node, ctx):
                 return
             elements = set(target_names(item_target))
             if not elements or is_recurrence(node) or _used_as_mapping(node, elements):
@@ -221,6 +235,44 @@ class PerSampleLoop(Rule):
                 f"`for ... in {header}` runs `{ctx.source(evidence, 36)}` once per sample: N small kernel "
                 "launches per step where one batched operation would do",
             )
+
+
+# Types a test can show a value to be instead of a tensor: walking it walks its items.
+_CONTAINER_TYPES = frozenset({"list", "tuple", "dict", "set", "str", "Sequence", "Mapping", "Iterable"})
+
+
+def _tested_as_container(iterable: cst.BaseExpression, loop: cst.For, ctx) -> bool:
+    """Is the loop inside `if isinstance(name, (list, tuple)):` or `if type(name) is tuple:` for the
+    name it walks? FlowNet2's multi-scale loss walks a tuple of outputs, one per scale; a text
+    encoder under `isinstance(text, list)` walks strings."""
+    if not isinstance(iterable, cst.Name):
+        return False
+    child, parent = loop, ctx.parent(loop)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+        if isinstance(parent, cst.If) and child is parent.body and _container_test(parent.test, iterable.value):
+            return True
+        child, parent = parent, ctx.parent(parent)
+    return False
+
+
+def _container_test(test: cst.BaseExpression, name: str) -> bool:
+    """`isinstance(name, list)`, `isinstance(name, (list, tuple))`, `type(name) is tuple`, `type(name) in (list, tuple)`."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _container_test(test.left, name) or _container_test(test.right, name)
+    if isinstance(test, cst.Call) and terminal_name(test.func) == "isinstance" and len(test.args) == 2:
+        subject, types = test.args[0].value, test.args[1].value
+    elif (
+        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, (cst.Is, cst.Equal, cst.In))
+        and isinstance(test.left, cst.Call) and terminal_name(test.left.func) == "type" and len(test.left.args) == 1
+    ):
+        subject, types = test.left.args[0].value, test.comparisons[0].comparator
+    else:
+        return False
+    if not (isinstance(subject, cst.Name) and subject.value == name):
+        return False
+    named = [types] if not isinstance(types, (cst.Tuple, cst.List)) else [e.value for e in types.elements]
+    return bool(named) and all(terminal_name(t) in _CONTAINER_TYPES for t in named)
 
 
 def _iterates_tensors(iterable: cst.BaseExpression, ctx) -> bool:
