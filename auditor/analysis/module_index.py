@@ -146,8 +146,28 @@ def _arms(node: cst.If) -> tuple[int, ...] | None:
     return tuple(arms)
 
 
+# Containers a test can say a value is not (`type(depth) not in [list, tuple]: depth = [depth]`).
+_CONTAINERS = frozenset({"list", "tuple"})
+
+
 def _tensor_check(test: cst.BaseExpression) -> str | None:
-    """The name `isinstance(v, torch.Tensor)`, `torch.is_tensor(v)` or `type(v) == torch.Tensor` tests."""
+    """The name a test narrows so that skipping the `if` leaves it no tensor: `isinstance(v,
+    torch.Tensor)`, `torch.is_tensor(v)`, `type(v) == torch.Tensor` (skipped: not a tensor), and
+    `not isinstance(v, (list, tuple))`, `type(v) not in [list, tuple]` (skipped: a list or tuple)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        if isinstance(inner, cst.Call) and dotted_name(inner.func) == "isinstance" and len(inner.args) == 2:
+            subject, types = inner.args[0].value, inner.args[1].value
+            if isinstance(subject, cst.Name) and _only_containers(types):
+                return subject.value
+        return None
+    if (
+        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, (cst.NotIn, cst.IsNot, cst.NotEqual))
+        and isinstance(test.left, cst.Call) and dotted_name(test.left.func) == "type" and len(test.left.args) == 1
+        and isinstance(test.left.args[0].value, cst.Name) and _only_containers(test.comparisons[0].comparator)
+    ):
+        return test.left.args[0].value.value
     if isinstance(test, cst.Call) and test.args and isinstance(test.args[0].value, cst.Name):
         called = dotted_name(test.func) or ""
         subject = test.args[0].value.value
@@ -164,6 +184,11 @@ def _tensor_check(test: cst.BaseExpression) -> str | None:
     ):
         return test.left.args[0].value.value
     return None
+
+
+def _only_containers(types: cst.BaseExpression) -> bool:
+    named = [e.value for e in types.elements] if isinstance(types, (cst.Tuple, cst.List)) else [types]
+    return bool(named) and all(isinstance(t, cst.Name) and t.value in _CONTAINERS for t in named)
 
 
 def _stored_name(expr: cst.BaseExpression) -> str | None:
@@ -325,8 +350,9 @@ class ModuleIndex:
     # id(name read inside a comprehension) -> the bindings of its own `for` targets: in
     # `x = [x.to(device) for x in inputs]` the inner `x` is the comprehension's, never the outer `x`
     comprehension_reads: dict[int, list[Binding]] = field(default_factory=dict)
-    # id(the body of `if isinstance(v, torch.Tensor):`) -> "v": a binding of `v` there (`v = v.item()`)
-    # decides what `v` is after the `if`, whichever way the test goes (tensors.py)
+    # id(the body of `if isinstance(v, torch.Tensor):` or `if type(v) not in [list, tuple]:`) -> "v": a
+    # binding of `v` there (`v = v.item()`, `v = [v]`) decides what `v` is after the `if`, whichever
+    # way the test goes, as the path that skips it already holds no tensor (tensors.py)
     tensor_checks: dict[int, str] = field(default_factory=dict)
     # id(an arm's block) -> the blocks of every arm of its `if`/`elif`/`else` chain, for chains that end
     # in `else:` (one arm always runs): a name every arm binds is replaced after the chain (tensors.py)
@@ -384,7 +410,7 @@ class _Indexer:
             checked = _tensor_check(node.test)
             if checked is not None:
                 self.index.tensor_checks[id(node.body)] = checked
-            if is_periodic_test(node.test, self.loop, self.periodic_names):
+            if is_periodic_test(node.test, self.loop, self.periodic_names) or self._periodic_flag(node.test):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
             if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
@@ -420,6 +446,16 @@ class _Indexer:
             self._push(Frame(FrameKind.CLASS, self.frame, node, class_info=self.index.classes[node.name.value]))
             return
         self._undo.append(None)
+
+    def _periodic_flag(self, test: cst.BaseExpression) -> bool:
+        """`if log_losses:` where the function set `log_losses = i > 0 and n_iter % print_freq == 0`:
+        a flag bound (so far, and only) to a periodic test is one."""
+        if not isinstance(test, cst.Name):
+            return False
+        bindings = self.scope.assignments.get(test.value, [])
+        return bool(bindings) and all(
+            b.kind == "value" and is_periodic_test(b.value, self.loop, self.periodic_names) for b in bindings
+        )
 
     def _option_chain(self, chain: list[cst.If]) -> bool:
         """Do all the tests of an `if`/`elif` chain read the same option?"""

@@ -246,7 +246,7 @@ class TensorInference:
         finally:
             self._busy.discard(key)
             self._provisional.pop(key, None)
-        if name in owner.params and seen_here is None:
+        if name in owner.params and seen_here is None and not self._replaces_parameter(expr, bindings, owner):
             # a parameter, possibly also reassigned: `x = x * 2` in forward (unless a binding earlier in
             # the read's own block replaced it: `flow = flow.cpu().numpy()` then `flow[0]`)
             declared = self._declared_not_tensor(name, owner)
@@ -440,6 +440,25 @@ class TensorInference:
             ) and not self._every_arm_replaces(binding, blocks, replacing):
                 kept.append(binding)
         return kept
+
+    def _replaces_parameter(self, read: cst.Name, bindings: list[Binding], owner: Scope) -> bool:
+        """Does a binding before the read replace the parameter's value on every path: one at the top
+        of the function's body, or one under a test that narrows it there (`if type(mask) not in
+        [list, tuple]: mask = [mask]`)?"""
+        use = self.index.uses.get(id(read))
+        function = owner.function
+        if use is None or function is None or not isinstance(function.body, cst.IndentedBlock):
+            return False
+        top = id(function.body)
+        for binding in bindings:
+            if binding.order >= use[0] or binding.kind not in ("value", "element", "with"):
+                continue
+            block = binding.block
+            if self.index.tensor_checks.get(block) == read.value:
+                block = self.index.block_parents.get(block, block)
+            if block == top:
+                return True
+        return False
 
     def _every_arm_replaces(self, binding: Binding, blocks: set[int], replacing: list[Binding]) -> bool:
         """Does an `if`/`elif`/`else` chain after `binding`, at its level or around it, bind the name

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.analysis import iter_subtree, Kind, terminal_name
+from loopaudit.analysis import FORWARD_CALLEE, iter_subtree, Kind, terminal_name
 from loopaudit.rule import Report, Rule
 
 from ._batch import (
@@ -63,7 +63,9 @@ class PerSampleLoop(Rule):
         "loops whose body only moves or casts each element (`t.to(device)`), loops whose elements the body "
         "uses as text (`\"loss_for_\" + fname`, `name.endswith(\".png\")`: file names or captions, not "
         "rows), and loops over a tokenizer's output (`ids = tokenizer.encode(token)`, a Python list unless "
-        "`return_tensors=` is passed). Comprehensions are not checked."
+        "`return_tensors=` is passed), loops over what a model returns or what callers pass (a tuple of heads, "
+        "one output per scale or per discriminator), and loops inside `if isinstance(x, (list, tuple)):` or "
+        "`if type(x) is tuple:` for the walked name. Comprehensions are not checked."
     )
     why_it_costs = (
         "Every tensor operation is dispatched by Python and, on a GPU, launched as its own kernel: several "
@@ -94,6 +96,24 @@ class PerSampleLoop(Rule):
         "BatchNorm behave differently on a batch of one than on the whole batch."
     )
     valid = (
+        # A multi-scale discriminator returns one output per scale, and a loss made robust to single
+        # outputs wraps them in a list first (melgan, SfmLearner).
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "def explainability_loss(mask):\n"
+        "    if type(mask) not in [tuple, list]:\n"
+        "        mask = [mask]\n"
+        "    loss = 0\n"
+        "    for mask_scaled in mask:\n"
+        "        loss += F.binary_cross_entropy(mask_scaled, torch.ones_like(mask_scaled))\n"
+        "    return loss\n"
+        "netD = Discriminator().cuda()\n"
+        "for x, y in train_loader:\n"
+        "    D_real = netD(x.cuda(non_blocking=True))\n"
+        "    loss_D = 0\n"
+        "    for scale in D_real:\n"
+        "        loss_D += F.relu(1 - scale[-1]).mean()\n"
+        "    (loss_D + explainability_loss(D_real)).backward()\n",
         # A multi-scale loss walks the tuple of outputs, one per scale (FlowNet2's MultiScale).
         "import torch\n"
         "class MultiScale(torch.nn.Module):\n"
@@ -285,11 +305,23 @@ def _iterates_tensors(iterable: cst.BaseExpression, ctx) -> bool:
 def _is_tensor_value(expr: cst.BaseExpression, ctx) -> bool:
     if is_container_name(terminal_name(expr) or ""):
         return False
-    if isinstance(expr, cst.Name) and _passed_in(expr.value, ctx):
-        # `def get_loss(model_output): for x in model_output:` — what callers pass (a model's output)
-        # may be a tuple or list of tensors, and walking it is walking heads, not samples.
+    if isinstance(expr, cst.Name) and (_passed_in(expr.value, ctx) or _module_output(expr.value, ctx)):
+        # `def get_loss(model_output): for x in model_output:`, `D_fake = netD(x); for scale in
+        # D_fake:` — a model's output may be a tuple or list of tensors (heads, scales, the
+        # discriminators of a multi-scale GAN), and walking it is walking those, not samples.
         return False
     return tensor_kind(expr, ctx) in TENSORS
+
+
+def _module_output(name: str, ctx) -> bool:
+    """Is `name` bound only to what a model returns (`D_real = netD(x_t.cuda())`)?"""
+    found = ctx.scope.lookup(name)
+    bindings = found[0] if found else []
+    return bool(bindings) and all(
+        b.kind == "value" and isinstance(b.value, cst.Call) and FORWARD_CALLEE.search(terminal_name(b.value.func) or "") is not None
+        and not (ctx.qualified_name(b.value.func) or "").startswith("torch.")
+        for b in bindings
+    )
 
 
 def _passed_in(name: str, ctx) -> bool:

@@ -103,6 +103,15 @@ class ItemInStep(Rule):
         "device must be detached so it does not keep each step's autograd graph alive."
     )
     valid = (
+        # A flag set from a periodic test guards the logging (SfmLearner's `log_losses`).
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for i, (x, y) in enumerate(train_loader):\n"
+        "    log_losses = i > 0 and i % args.print_freq == 0\n"
+        "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    if log_losses:\n"
+        "        writer.add_scalar('loss', loss.item(), i)\n",
         # Every arm of an `if`/`elif`/`else` turns the output into a NumPy array: the reads after it
         # read NumPy values (wavenet_vocoder's `batch_wavegen`).
         "import torch\n"
