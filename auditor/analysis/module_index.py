@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .names import ImportTable, dotted_name, target_names, terminal_name
+from .names import ImportTable, dotted_name, stored_name, string_key, target_names, terminal_name
 from .walk import iter_subtree, walk
 from .options import constant_flag, option_test
-from .patterns import is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call
+from .patterns import is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call, type_test
 
 
 class FrameKind(enum.Enum):
@@ -154,49 +154,13 @@ def _tensor_check(test: cst.BaseExpression) -> str | None:
     """The name a test narrows so that skipping the `if` leaves it no tensor: `isinstance(v,
     torch.Tensor)`, `torch.is_tensor(v)`, `type(v) == torch.Tensor` (skipped: not a tensor), and
     `not isinstance(v, (list, tuple))`, `type(v) not in [list, tuple]` (skipped: a list or tuple)."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = test.expression
-        if isinstance(inner, cst.Call) and dotted_name(inner.func) == "isinstance" and len(inner.args) == 2:
-            subject, types = inner.args[0].value, inner.args[1].value
-            if isinstance(subject, cst.Name) and _only_containers(types):
-                return subject.value
+    tested = type_test(test)
+    if tested is None:
         return None
-    if (
-        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].operator, (cst.NotIn, cst.IsNot, cst.NotEqual))
-        and isinstance(test.left, cst.Call) and dotted_name(test.left.func) == "type" and len(test.left.args) == 1
-        and isinstance(test.left.args[0].value, cst.Name) and _only_containers(test.comparisons[0].comparator)
-    ):
-        return test.left.args[0].value.value
-    if isinstance(test, cst.Call) and test.args and isinstance(test.args[0].value, cst.Name):
-        called = dotted_name(test.func) or ""
-        subject = test.args[0].value.value
-        if called == "isinstance" and len(test.args) == 2 and "Tensor" in (dotted_name(test.args[1].value) or ""):
-            return subject
-        if called.endswith(".is_tensor") and len(test.args) == 1:
-            return subject
-    if (
-        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].operator, (cst.Equal, cst.Is))
-        and isinstance(test.left, cst.Call) and dotted_name(test.left.func) == "type" and len(test.left.args) == 1
-        and isinstance(test.left.args[0].value, cst.Name)
-        and "Tensor" in (dotted_name(test.comparisons[0].comparator) or "")
-    ):
-        return test.left.args[0].value.value
-    return None
-
-
-def _only_containers(types: cst.BaseExpression) -> bool:
-    named = [e.value for e in types.elements] if isinstance(types, (cst.Tuple, cst.List)) else [types]
-    return bool(named) and all(isinstance(t, cst.Name) and t.value in _CONTAINERS for t in named)
-
-
-def _stored_name(expr: cst.BaseExpression) -> str | None:
-    """`loaders` or `self.loaders`: the name a container is kept under, as bound_names spells it."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
-        return "self." + expr.attr.value
+    if tested.holds and len(tested.types) == 1 and "Tensor" in tested.types[0]:
+        return tested.subject
+    if not tested.holds and tested.types and all(t in _CONTAINERS for t in tested.types):
+        return tested.subject
     return None
 
 
@@ -627,12 +591,10 @@ class _Indexer:
         self._bind_loop_target(node.target, node.iter, self._loop_for(node))
 
     def _visit_comp_for(self, node: cst.CompFor) -> None:
-        before = {name: list(self.scope.assignments.get(name, ())) for name in target_names(node.target)}
+        before = {name: len(self.scope.assignments.get(name, ())) for name in target_names(node.target)}
         self._bind_loop_target(node.target, node.iter, self._here())
-        own = {
-            name: [b for b in self.scope.assignments.get(name, ()) if b not in known]
-            for name, known in before.items()
-        }
+        # (binding appends: what the target bound is what follows the bindings there were before)
+        own = {name: self.scope.assignments.get(name, [])[count:] for name, count in before.items()}
         comprehension = self._comprehensions.get(id(node))
         if comprehension is None:
             return
@@ -660,11 +622,9 @@ class _Indexer:
             if isinstance(target.value, cst.Name):
                 # `meta[key] = val.cuda()`: what the container's elements may hold from here on
                 self.index.element_writes.setdefault(target.value.value, []).append((value, self.scope))
-            container = _stored_name(target.value)
+            container = stored_name(target.value)
             if container is not None and len(target.slice) == 1:
-                index = target.slice[0].slice
-                key = index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
-                self.index.held_in.setdefault(id(value), (container, self.scope, key))
+                self.index.held_in.setdefault(id(value), (container, self.scope, string_key(target)))
         elif self._bind_self_attribute(target, Binding("value", value, self.scope, loop=self._here(), block=self.block)):
             self.index.bound_names.setdefault(id(value), ("self." + target.attr.value, self.scope))  # type: ignore[attr-defined]
             self._hold_entries("self." + target.attr.value, value)  # type: ignore[attr-defined]

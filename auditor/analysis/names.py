@@ -105,3 +105,20 @@ def target_names(target: cst.BaseExpression) -> list[str]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [name for element in target.elements for name in target_names(element.value)]
     return []
+
+
+def string_key(subscript: cst.Subscript) -> str | None:
+    """`"train"` in `loaders["train"]`: the one index of a subscript when it is a string literal."""
+    if len(subscript.slice) != 1:
+        return None
+    index = subscript.slice[0].slice
+    return index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
+
+
+def stored_name(expr: cst.BaseExpression) -> str | None:
+    """`loaders` or `self.loaders`: the name a value is kept under, as bound_names spells it."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        return "self." + expr.attr.value
+    return None

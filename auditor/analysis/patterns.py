@@ -6,6 +6,7 @@ read, and tuned, in one place.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -270,3 +271,43 @@ def mentions_step_bound(node: cst.CSTNode) -> bool:
 
 def is_step_variable(name: str) -> bool:
     return bool(STEP_VARIABLE.match(name)) and not _EPOCH.search(name)
+
+
+@dataclass(frozen=True)
+class TypeTest:
+    """What an `if` test says of a name's type (type_test)."""
+
+    subject: str  # the name tested
+    types: tuple[str, ...]  # the types, as written (`torch.Tensor`, `list`); "" for one that is no name
+    holds: bool  # the test passes when the name is of one of them (False: when it is of none)
+
+
+def type_test(test: cst.BaseExpression) -> TypeTest | None:
+    """`isinstance(x, T)`, `isinstance(x, (A, B))`, `torch.is_tensor(x)`, `type(x) is T`, `type(x) == T`,
+    `type(x) in (A, B)`, and their negations (`not isinstance(...)`, `type(x) is not T`, `type(x) != T`,
+    `type(x) not in [A, B]`), for a plain name `x`; None for any other test."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = type_test(test.expression)
+        return TypeTest(inner.subject, inner.types, not inner.holds) if inner is not None else None
+    if isinstance(test, cst.Call) and test.args and isinstance(test.args[0].value, cst.Name):
+        subject = test.args[0].value.value
+        if isinstance(test.func, cst.Name) and test.func.value == "isinstance" and len(test.args) == 2:
+            return TypeTest(subject, _type_names(test.args[1].value), True)
+        if (dotted_name(test.func) or "").endswith(".is_tensor") and len(test.args) == 1:
+            return TypeTest(subject, ("torch.Tensor",), True)
+        return None
+    if (
+        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+        and isinstance(test.left, cst.Call) and isinstance(test.left.func, cst.Name) and test.left.func.value == "type"
+        and len(test.left.args) == 1 and isinstance(test.left.args[0].value, cst.Name)
+    ):
+        operator = test.comparisons[0].operator
+        if isinstance(operator, (cst.Is, cst.Equal, cst.In, cst.IsNot, cst.NotEqual, cst.NotIn)):
+            holds = isinstance(operator, (cst.Is, cst.Equal, cst.In))
+            return TypeTest(test.left.args[0].value.value, _type_names(test.comparisons[0].comparator), holds)
+    return None
+
+
+def _type_names(types: cst.BaseExpression) -> tuple[str, ...]:
+    named = [e.value for e in types.elements] if isinstance(types, (cst.Tuple, cst.List)) else [types]
+    return tuple(dotted_name(t) or "" for t in named)

@@ -28,7 +28,7 @@ from .module_index import (
 )
 from .options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
 from .project import ProjectFacts
-from .names import dotted_name, terminal_name
+from .names import dotted_name, stored_name, string_key, terminal_name
 from .walk import iter_subtree
 from .patterns import (
     BATCH_FETCH,
@@ -1029,13 +1029,8 @@ class StepModel:
         if bound is not None and bound[0].startswith("self.") and bound[1].owner_class is not None:
             # `self.dataloader = DataLoader(...)` in `initialize`, `def load_data(self): return
             # self.dataloader` (pix2pixHD's loader class): what the class's methods hand back.
-            attribute = bound[0][5:]
-
             def is_kept(expr: cst.BaseExpression) -> bool:
-                return (
-                    isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)
-                    and expr.value.value == "self" and expr.attr.value == attribute
-                )
+                return stored_name(expr) == bound[0]
             methods = bound[1].owner_class.methods.values()
             return [use for method in methods for use in self.returned_uses_of(method, is_kept)]
         if bound is not None:
@@ -1225,8 +1220,7 @@ class StepModel:
         """Is `expr` (read in `where`) the container's entry under `key`: `loaders["train"]`,
         `loaders[phase]`, or `loader` of `for phase, loader in loaders.items()` (or `.values()`)?"""
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
-            index = expr.slice[0].slice
-            read = index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
+            read = string_key(expr)
             return (key is None or read is None or read == key) and self._refers_to(expr.value, container, scope, where, depth=0)
         if not isinstance(expr, cst.Name):
             return False

@@ -12,6 +12,7 @@ is already tensor-specific (`.item()`, `.cpu()`) fire on TENSOR and UNKNOWN.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import re
 
@@ -166,9 +167,15 @@ class TensorInference:
     def shown_kind_at(self, expr: cst.BaseExpression, scope: Scope, frame: Frame | None) -> Kind:
         """`kind_at` without taking tensor-like names at their word (`losses_reduced`, a float): what
         the code shows. For values that fan into `**kwargs`, where one tensor makes them all count."""
+        with self._names_not_guessed():
+            return self.kind_at(expr, scope, frame)
+
+    @contextlib.contextmanager
+    def _names_not_guessed(self):
+        """Within it, a name of unknown kind stays unknown however tensor-like it sounds."""
         saved, self._guess_from_names = self._guess_from_names, False
         try:
-            return self.kind_at(expr, scope, frame)
+            yield
         finally:
             self._guess_from_names = saved
 
@@ -329,15 +336,12 @@ class TensorInference:
         turn, so one device tensor is enough to wait for)."""
         depth = max(depth, 6) + 2
         named = set(function.positional_params) | {p.name.value for p in function.node.params.kwonly_params}
-        saved, self._guess_from_names = self._guess_from_names, False  # (see shown_kind_at)
-        try:
+        with self._names_not_guessed():  # (see shown_kind_at)
             kinds = [
                 self.kind(arg.value, site.scope, depth)
                 for site in function.call_sites[:8] for arg in site.call.args
                 if arg.keyword is not None and arg.keyword.value not in named
             ]
-        finally:
-            self._guess_from_names = saved
         return _merge(kinds + self._passed_elsewhere(STAR_KWARGS, function))
 
     def _passed_elsewhere(self, name: str, function) -> list[Kind]:
@@ -419,13 +423,7 @@ class TensorInference:
         ]
         if not replacing:
             return bindings
-        # `if isinstance(v, torch.Tensor): v = v.item()` decides what `v` is after the `if` on both
-        # paths (converted, or never a tensor): it replaces what came before as a binding beside it would.
-        reach = {
-            id(later): self.index.block_parents.get(later.block, later.block)
-            if self.index.tensor_checks.get(later.block) == read.value else later.block
-            for later in replacing
-        }
+        reach = {id(later): self._reach_block(later, read.value) for later in replacing}
         kept = []
         for binding in bindings:
             around, blocks = binding.block, set()
@@ -453,12 +451,17 @@ class TensorInference:
         for binding in bindings:
             if binding.order >= use[0] or binding.kind not in ("value", "element", "with"):
                 continue
-            block = binding.block
-            if self.index.tensor_checks.get(block) == read.value:
-                block = self.index.block_parents.get(block, block)
-            if block == top:
+            if self._reach_block(binding, read.value) == top:
                 return True
         return False
+
+    def _reach_block(self, binding: Binding, name: str) -> int:
+        """The block a binding of `name` replaces earlier ones in: its own, or, for one under a test
+        that narrows the name (`if isinstance(v, torch.Tensor): v = v.item()`), the block around
+        the `if`, as the test decides what `v` is after it on both paths (converted, or never a tensor)."""
+        if self.index.tensor_checks.get(binding.block) == name:
+            return self.index.block_parents.get(binding.block, binding.block)
+        return binding.block
 
     def _every_arm_replaces(self, binding: Binding, blocks: set[int], replacing: list[Binding]) -> bool:
         """Does an `if`/`elif`/`else` chain after `binding`, at its level or around it, bind the name
@@ -766,11 +769,8 @@ class TensorInference:
         returns = function.node.returns
         if returns is not None and _NON_TENSOR_ANNOTATION.match(self.index.module.code_for_node(returns.annotation)):
             return (Kind.NOT_TENSOR,)  # `def get_cycles_per_ms() -> float:`
-        saved, self._guess_from_names = self._guess_from_names, False
-        try:
+        with self._names_not_guessed():
             return self._returned_by(function, depth)
-        finally:
-            self._guess_from_names = saved
 
     def _returned_by(self, function, depth: int) -> tuple[Kind, ...]:
         values = function.returns

@@ -355,6 +355,7 @@ def _keeps_nothing(root) -> bool:
 
 
 def _sets_requires_grad(root) -> bool:
+    """Does the code touch `requires_grad` or `.grad` (an attack or saliency map needs gradients)?"""
     return any(
         isinstance(n, cst.Attribute) and n.attr.value in ("requires_grad", "requires_grad_", "grad")
         for n in iter_subtree(root)
@@ -425,10 +426,7 @@ def _needs_gradients(loop, ctx) -> bool:
         for function in ctx.steps.resolve(site):
             if ctx.steps.trains(function) or ctx.steps.has_step_loop(function):
                 return True
-    for n in iter_subtree(loop.node):
-        if isinstance(n, cst.Attribute) and n.attr.value in ("requires_grad", "grad"):
-            return True
-    return False
+    return _sets_requires_grad(loop.node)
 
 
 def _grad_disabled_by_call(root, ctx) -> bool:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.analysis import FORWARD_CALLEE, iter_subtree, Kind, terminal_name
+from loopaudit.analysis import FORWARD_CALLEE, iter_subtree, Kind, terminal_name, type_test
 from loopaudit.rule import Report, Rule
 
 from ._batch import (
@@ -279,20 +279,11 @@ def _container_test(test: cst.BaseExpression, name: str) -> bool:
     """`isinstance(name, list)`, `isinstance(name, (list, tuple))`, `type(name) is tuple`, `type(name) in (list, tuple)`."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return _container_test(test.left, name) or _container_test(test.right, name)
-    if isinstance(test, cst.Call) and terminal_name(test.func) == "isinstance" and len(test.args) == 2:
-        subject, types = test.args[0].value, test.args[1].value
-    elif (
-        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].operator, (cst.Is, cst.Equal, cst.In))
-        and isinstance(test.left, cst.Call) and terminal_name(test.left.func) == "type" and len(test.left.args) == 1
-    ):
-        subject, types = test.left.args[0].value, test.comparisons[0].comparator
-    else:
-        return False
-    if not (isinstance(subject, cst.Name) and subject.value == name):
-        return False
-    named = [types] if not isinstance(types, (cst.Tuple, cst.List)) else [e.value for e in types.elements]
-    return bool(named) and all(terminal_name(t) in _CONTAINER_TYPES for t in named)
+    tested = type_test(test)
+    return (
+        tested is not None and tested.holds and tested.subject == name and bool(tested.types)
+        and all(t.rsplit(".", 1)[-1] in _CONTAINER_TYPES for t in tested.types)
+    )
 
 
 def _iterates_tensors(iterable: cst.BaseExpression, ctx) -> bool:
