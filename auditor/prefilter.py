@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 # What a step loop or step hook needs to exist (see stepmodel.py), each on a line of code (not a
-# comment or a `>>>` docstring example): a training call (`.backward(`, or `.step(` on anything but
+# comment or a `>>>` docstring example): a training call (`.backward(`, `autograd.grad(`, or `.step(` on anything but
 # a scheduler: `scheduler.step(...)` trains nothing, and every diffusers pipeline calls one); a `for`
 # over a loader; a DataLoader; a framework hook; a counted loop over `range` (also inside
 # `enumerate(...)` or `tqdm(...)`: a loop over `enumerate(timesteps)` counts nothing) whose variable
@@ -51,12 +51,12 @@ _DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", re.M)
 
 
 def _trains(text: str) -> bool:
-    """`.backward(` or `.step(` on a line of code, the step's receiver not named like a scheduler.
-    Found with str.find: a regular expression tried at every word of a large file costs more."""
-    for needle in (".backward(", ".step("):
+    """`.backward(`, `autograd.grad(` or `.step(` on a line of code, the step's receiver not named like
+    a scheduler. Found with str.find: a regular expression tried at every word of a large file costs more."""
+    for needle in (".backward(", "autograd.grad(", ".step("):
         at = text.find(needle)
         while at >= 0:
-            if _in_code(text, at) and (needle == ".backward(" or not _names_a_scheduler(text, at)):
+            if _in_code(text, at) and (needle != ".step(" or not _names_a_scheduler(text, at)):
                 return True
             at = text.find(needle, at + 1)
     return False

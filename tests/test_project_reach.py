@@ -856,6 +856,116 @@ CASES = {
                     model(x.cuda(non_blocking=True)).sum().backward()
         """,
     },
+    "a class named like a function, its forward inherited from a base class in another module (faster-rcnn.pytorch)": {
+        "trainval_net.py": """
+            import torch
+            import torch.nn as nn
+            from model.faster_rcnn.vgg16 import vgg16
+
+            fasterRCNN = vgg16(21)
+            fasterRCNN = nn.DataParallel(fasterRCNN)
+            fasterRCNN.cuda()
+            optimizer = torch.optim.SGD(fasterRCNN.parameters(), lr=0.01)
+            for step in range(1000):
+                im_data = torch.randn(1, 3, 600, 800, device="cuda")
+                loss = fasterRCNN(im_data)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """,
+        "model/__init__.py": "",
+        "model/faster_rcnn/__init__.py": "",
+        "model/faster_rcnn/faster_rcnn.py": """
+            import torch.nn as nn
+            from model.rpn.anchor_target_layer import _AnchorTargetLayer
+
+            class _fasterRCNN(nn.Module):
+                def __init__(self, classes):
+                    super().__init__()
+                    self.classes = classes
+                    self.anchor_target = _AnchorTargetLayer()
+
+                def forward(self, im_data):
+                    return self.anchor_target(im_data, im_data.new(1, 20, 5).zero_())
+        """,
+        "model/faster_rcnn/vgg16.py": """
+            from model.faster_rcnn.faster_rcnn import _fasterRCNN
+
+            class vgg16(_fasterRCNN):
+                def __init__(self, classes):
+                    _fasterRCNN.__init__(self, classes)
+        """,
+        "model/rpn/__init__.py": "",
+        "model/rpn/anchor_target_layer.py": """
+            import torch
+            import torch.nn as nn
+
+            class _AnchorTargetLayer(nn.Module):
+                def forward(self, scores, gt_boxes):
+                    labels = self._sample(gt_boxes)
+                    return scores.sum() + labels.sum()
+
+                def _sample(self, gt_boxes):
+                    # Two helpers deep from forward's input, through a chain of tensor methods.
+                    labels = gt_boxes[:, :, 4].contiguous().view(-1).view(gt_boxes.size(0), -1)
+                    labels_batch = labels.new(gt_boxes.size(0), 256).zero_()
+                    return self._regression_labels(labels_batch)
+
+                def _regression_labels(self, labels_batch):
+                    clss = labels_batch
+                    for b in range(clss.size(0)):  # expect: LA301
+                        if clss[b].sum() == 0:  # expect: LA103
+                            continue
+                    return clss
+        """,
+    },
+    "a rollout handed to the update function, converted and moved per iteration (PyTorch-RL)": {
+        "ppo.py": """
+            import numpy as np
+            from utils import *
+
+            dtype = torch.float64
+            device = torch.device("cuda", index=0) if torch.cuda.is_available() else torch.device("cpu")
+            policy = torch.nn.Linear(4, 2).to(device)
+            optimizer = torch.optim.Adam(policy.parameters())
+
+            def update_params(batch):
+                states = torch.from_numpy(np.stack(batch.state)).to(dtype).to(device)  # expect: LA202
+                loss = policy(states).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+            for i_iter in range(500):
+                batch, log = agent.collect_samples(2048)
+                update_params(batch)
+        """,
+        "utils/__init__.py": """
+            from utils.torch_utils import *
+        """,
+        "utils/torch_utils.py": """
+            import torch
+
+            LongTensor = torch.LongTensor
+        """,
+    },
+    "a step that computes its gradients with torch.autograd.grad (TRPO)": {
+        "trpo.py": """
+            import torch
+
+            device = torch.device("cuda")
+            policy = torch.nn.Linear(4, 2).to(device)
+            for i_iter in range(500):
+                states = torch.randn(64, 4, device=device)
+                loss = policy(states).pow(2).mean()
+                grads = torch.autograd.grad(loss, policy.parameters())
+                flat = torch.cat([g.view(-1) for g in grads])
+                print(flat.norm().item())  # expect: LA101
+                with torch.no_grad():
+                    for p, g in zip(policy.parameters(), grads):
+                        p -= 0.01 * g
+        """,
+    },
 }
 
 

@@ -33,6 +33,10 @@ def terminal_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
+# Library modules by the names code conventionally imports them under.
+_CONVENTIONAL_ALIASES = {"torch": "torch", "np": "numpy", "numpy": "numpy", "nn": "torch.nn"}
+
+
 class ImportTable:
     """Maps local names bound by import statements to the qualified names they stand for."""
 
@@ -87,6 +91,10 @@ class ImportTable:
             return None
         head, _, rest = text.partition(".")
         target = self._aliases.get(head)
+        if target is None and self.star_modules:
+            # `from utils import *` where utils imports torch: a module that uses `torch` without
+            # importing it gets it from the star import, and the name means what it always means.
+            target = _CONVENTIONAL_ALIASES.get(head)
         if target is None:
             return None
         return f"{target}.{rest}" if rest else target

@@ -62,10 +62,13 @@ _TIME_FUNCTIONS = {"time", "perf_counter", "monotonic", "process_time"}
 
 
 def is_training_call(call: cst.Call, imports: ImportTable) -> bool:
-    """Does this call train: `loss.backward()`, `optimizer.step()`, `scaler.step(opt)`?"""
+    """Does this call train: `loss.backward()`, `optimizer.step()`, `scaler.step(opt)`, or
+    `torch.autograd.grad(loss, params)` (TRPO's natural gradient, a hand-written update)?"""
     func = call.func
     if not isinstance(func, cst.Attribute):
         return False
+    if imports.qualify(func) in ("torch.autograd.grad", "torch.autograd.backward"):
+        return True
     method = func.attr.value
     if method == "backward":
         return True

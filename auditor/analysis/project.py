@@ -926,6 +926,8 @@ def derive_facts(
                 where = _absolute_class(layout, file, summary.returned_classes[qualname])
                 if where is not None:
                     returned_classes.setdefault(path, {})[edge.target] = where
+            elif path in active and (made := _constructed_class(layout, path, edge, summaries)) is not None:
+                returned_classes.setdefault(path, {})[edge.target] = made
             if file not in active:
                 continue
             target = summary.functions.get(qualname) if summary is not None else None
@@ -1068,7 +1070,12 @@ def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, Modul
             continue
         file, qualname = hit
         if made:
-            qualname = summaries[file].factories.get(qualname, "") if file in summaries else ""
+            if file in summaries and qualname in summaries[file].class_bases:
+                # `net = vgg16(classes)` ... `net(x)`: a class named like a function; calling the
+                # instance runs its forward (faster-rcnn.pytorch's `class vgg16(_fasterRCNN)`)
+                qualname = f"{qualname}.forward"
+            else:
+                qualname = summaries[file].factories.get(qualname, "") if file in summaries else ""
             if not qualname:
                 continue
         if file in summaries:
@@ -1324,6 +1331,19 @@ def _inherited_cuda(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) 
         if not summaries[path].cuda
         and any(summaries[base].cuda for base in _project_bases(module_bases, path) if base in summaries)
     }
+
+
+def _constructed_class(layout: ProjectLayout, caller: str, edge: CallEdge, summaries: dict[str, ModuleSummary]) -> str | None:
+    """"@file:Class" when the edge calls a class of another module by its imported name, whatever its
+    case (faster-rcnn's `fasterRCNN = vgg16(imdb.classes)`, `class vgg16(_fasterRCNN)`): the call
+    makes an instance of it."""
+    if edge.target[:1] in "^*&@<" or edge.target.endswith(("()", "[]")):
+        return None
+    hit = layout.resolve(caller, edge.target)
+    if hit is None or hit[0] == caller or hit[0] not in summaries:
+        return None
+    file, qualname = hit
+    return f"@{file}:{qualname}" if qualname in summaries[file].class_bases else None
 
 
 def _absolute_class(layout: ProjectLayout, caller: str, cls: str) -> str | None:

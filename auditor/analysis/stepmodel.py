@@ -80,6 +80,20 @@ def _fits_no_builtin(method: str, call: cst.Call) -> bool:
     return positional > _BUILTIN_ARITY.get(method, 99)
 
 
+def _steps_optimizer(call: cst.Call) -> bool:
+    """`optimizer.step()`, `scaler.step(opt)`, `self.GAN.D_opt.step()`: a `.step(...)` call (is_training_call
+    tells an optimizer's from a scheduler's)."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+
+
+# Calls that keep a callable for later rather than call it: a container's, a hook's registration.
+_KEEPS_CALLABLES = frozenset({
+    "append", "extend", "insert", "add", "setdefault", "update", "register", "register_hook",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "partial",
+    "setattr", "getattr", "hasattr", "isinstance", "callable", "print", "id", "type", "signal",
+})
+
+
 def _fits(function: FunctionInfo, call: cst.Call) -> bool:
     if any(arg.star for arg in call.args):
         return function.signature.accepts(-1, ())
@@ -216,10 +230,14 @@ class StepModel:
             if cls:
                 return self._methods(cls, ("forward", "__call__"))
             factory = self._factory_call(func, site.scope)
+            if self.calls_partial(site) and factory is not None:
+                # `backwards = partial(loss_backwards, fp16)` ... `backwards(loss, opt)`: loss_backwards
+                bound = factory.args[0].value
+                return self.local_functions(bound, site.scope) if isinstance(bound, cst.Name) else []
             if factory is not None and isinstance(factory.func, cst.Name):
                 # `train = make_train_step(model, opt)` ... `train(x, y)`: the function it returns.
                 return [f for maker in self._functions_by_name.get(factory.func.value, ()) for f in self.returned_functions(maker)]
-            return []
+            return self._handed_functions(site)
         if isinstance(func, cst.Attribute):
             receiver = func.value
             method = func.attr.value
@@ -248,7 +266,56 @@ class StepModel:
             if self.by_name(site):
                 owners = [f for f in self._methods_named.get(method, []) if _fits(f, site.call)]
                 return owners if len(owners) == 1 else []
-        return []
+        return self._handed_functions(site)
+
+    def calls_partial(self, site: CallSite) -> bool:
+        """Is the called name bound to `functools.partial(f, ...)`? Its arguments then fill `f`'s
+        parameters after the ones the partial binds."""
+        factory = self._factory_call(site.call.func, site.scope)
+        return factory is not None and bool(factory.args) and self.index.imports.qualify(factory.func) == "functools.partial"
+
+    def _handed_callables(self, site: CallSite) -> list[tuple[cst.BaseExpression, str]]:
+        """The functions and methods a call to code we cannot read hands over uncalled, to call
+        them itself: `retry_call(model.train, tries=3)` (stylegan2-pytorch's step),
+        `checkpoint(self.block, x)`, `map(fn, items)`. Each as (the reference, the method or function
+        name). Not a constructor's (`Thread(target=worker)` runs it once, elsewhere), nor a
+        container's (`callbacks.append(fn)` only keeps it)."""
+        func = site.call.func
+        name = terminal_name(func) or ""
+        if looks_like_class(name) or name in _KEEPS_CALLABLES or self.call_site_enters_own(site):
+            return []
+        handed = []
+        for arg in site.call.args:
+            value = arg.value
+            if arg.star or (arg.keyword is not None and arg.keyword.value in ("target", "callback", "hook")):
+                continue
+            if isinstance(value, cst.Name) and self.local_functions(value, site.scope):
+                handed.append((value, value.value))
+            elif isinstance(value, cst.Attribute) and isinstance(value.value, (cst.Name, cst.Attribute)):
+                handed.append((value, value.attr.value))
+        return handed
+
+    def call_site_enters_own(self, site: CallSite) -> bool:
+        """Does the call name a function of this module (which then says what it does with its arguments)?"""
+        func = site.call.func
+        return isinstance(func, cst.Name) and func.value in self._functions_by_name
+
+    def _handed_functions(self, site: CallSite) -> list[FunctionInfo]:
+        """This module's functions and methods among the callables a call hands over (`_handed_callables`)."""
+        found: list[FunctionInfo] = []
+        for value, method in self._handed_callables(site):
+            if isinstance(value, cst.Name):
+                candidates = self.local_functions(value, site.scope)
+            elif isinstance(value.value, cst.Name) and value.value.value in ("self", "cls"):
+                cls = site.frame.enclosing_class()
+                candidates = self._methods(cls, (method,)) if cls is not None else []
+            elif isinstance(value.value, cst.Name):
+                cls = self._class_of_instance(value.value.value, site)
+                candidates = self._methods(cls, (method,)) if cls is not None else []
+            else:
+                candidates = []
+            found.extend(f for f in candidates if f not in found)
+        return found
 
     def called_parameter(self, site: CallSite) -> tuple[FunctionInfo, str] | None:
         """`fn(...)` where `fn` is a parameter of the function making the call (and never rebound
@@ -485,6 +552,13 @@ class StepModel:
             return []
         target = self.external_target(site)
         found = [target] if target is not None else []
+        if not self.resolve(site):
+            # `retry_call(model.train)` where `model = Trainer(...)` of another module: its `train`
+            for value, method in self._handed_callables(site):
+                if isinstance(value, cst.Attribute) and not (isinstance(value.value, cst.Name) and value.value.value in ("self", "cls")):
+                    owner = self.class_of(value.value, site.scope)
+                    if owner is not None and not owner.startswith("<local>.") and owner.split(".", 1)[0] not in _KNOWN_LIBRARIES:
+                        found.append(f"{owner}.{method}")
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             cls = site.frame.enclosing_class()
             if cls is not None and self._methods(cls, (func.attr.value,)):
@@ -781,6 +855,8 @@ class StepModel:
     def _decide_step_loop(self, loop: LoopInfo) -> bool:
         if runs_once(loop.node):
             return False  # its body always leaves the loop: it runs once, not once per step
+        if self._accumulates_gradients(loop):
+            return False  # micro-steps of one step: the optimizer steps once, after the loop
         if loop.trains_directly or any(self.trains(f) for site in loop.direct_calls for f in self.resolve(site)):
             return True
         if self._known_elsewhere("trains", loop.direct_calls):
@@ -804,6 +880,24 @@ class StepModel:
         if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
             return False
         return self.counts_steps(loop) and self.does_step_work(loop.all_calls)
+
+    def _accumulates_gradients(self, loop: LoopInfo) -> bool:
+        """A gradient-accumulation loop: its body runs backward passes (`for i in range(accum):
+        loss.backward()`) and never steps an optimizer, which the code around it steps once after
+        it (nanoGPT's micro-steps, stylegan2-pytorch's `gradient_accumulate_contexts`). Each of its
+        iterations is part of one step, so the step is the code around it."""
+        body = [site for site in loop.all_calls if is_training_call(site.call, self.index.imports)]
+        helpers = [f for site in loop.all_calls for f in self.resolve(site)]
+        if not body and not any(f.trains_directly for f in helpers):
+            return False
+        if any(_steps_optimizer(site.call) for site in body) or any(
+            _steps_optimizer(site.call) for f in helpers for site in f.all_calls
+        ):
+            return False
+        around = loop.parent_loop.direct_calls if loop.parent_loop is not None else (
+            loop.function.direct_calls if loop.function is not None else []
+        )
+        return any(_steps_optimizer(site.call) and is_training_call(site.call, self.index.imports) for site in around)
 
     def _evaluates_each_item(self, loop: LoopInfo) -> bool:
         """Does every iteration of a loop over items hand its item to a function of the project that

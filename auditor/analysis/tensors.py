@@ -90,6 +90,11 @@ _TENSOR_METHODS = frozenset({
     "new", "index", "index_fill", "index_fill_", "index_copy", "index_copy_", "index_put", "index_put_",
     "resize_", "resize_as_", "fill_diagonal_", "masked_scatter_", "sort", "max_pool2d",
 })
+# torch's dtypes (`torch.float16`): `.to(torch.float16)` converts, it does not move.
+TORCH_DTYPES = frozenset({
+    "float", "float16", "float32", "float64", "double", "half", "bfloat16", "int", "int8", "int16", "int32",
+    "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat", "cdouble",
+})
 # Of those, the ones that move the tensor: `.cpu()` brings it to the host, the others to the device.
 _TO_HOST = frozenset({"cpu"})
 _TO_DEVICE = frozenset({"cuda", "to"})
@@ -180,7 +185,10 @@ class TensorInference:
             self._guess_from_names = saved
 
     def kind(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> Kind:
-        if depth > 12:
+        # `depth` counts the hops through bindings, parameters and calls. Reading into an expression
+        # (a method chain's receiver, a subscript's value, an operand) costs none: it ends with the
+        # expression, and `gt_boxes[:, :, 4].contiguous().view(-1)` is one value, not five.
+        if depth > 14:
             return Kind.UNKNOWN
         method = getattr(self, f"_kind_{type(expr).__name__}", None)
         if method is None:
@@ -321,9 +329,10 @@ class TensorInference:
     def _argument_kind(self, name: str, function, depth: int = 0) -> Kind:
         """What the call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor. The
         module's own call sites, and those of other modules of the project (project.py)."""
-        # Following a parameter to its arguments costs at least half the depth left: chains of calls
-        # through parameters and return values stay short.
-        depth = max(depth, 6) + 2
+        # Following a parameter to its arguments costs a third of the depth: chains of calls through
+        # parameters and return values stay short (two helpers deep: faster-rcnn's `forward` ->
+        # `_sample_rois(gt_boxes)` -> `_get_bbox_regression_labels(labels_batch)`).
+        depth += 4
         kinds = [
             self.kind(argument, scope, depth) if argument is not None else Kind.UNKNOWN
             for argument, scope in self.arguments_for(name, function)
@@ -354,7 +363,10 @@ class TensorInference:
     def arguments_for(self, name: str, function) -> list[tuple[cst.BaseExpression | None, Scope]]:
         """The expression each of the module's call sites of `function` passes for parameter `name`
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
-        return [(argument_for(function, name, site.call), site.scope) for site in function.call_sites[:8]]
+        return [
+            (None if self.steps.calls_partial(site) else argument_for(function, name, site.call), site.scope)
+            for site in function.call_sites[:8]
+        ]
 
     def bindings_at(self, name: cst.Name, bindings: list[Binding]) -> list[Binding] | None:
         """The bindings a read of `name` sees when the same statement block binds the name earlier:
@@ -644,12 +656,12 @@ class TensorInference:
         if self.index.imports.qualify(expr) is not None:
             return Kind.NOT_TENSOR  # `math.pi`, `torch.float16`, `np.inf`
         if attr in {"data", "T", "mT", "grad", "real", "imag"}:
-            return self.kind(expr.value, scope, depth)
+            return self.kind(expr.value, scope, depth - 1)
         if isinstance(expr.value, cst.Name) and expr.value.value == "self":
             return self._self_attribute_kind(attr, scope, depth)
         if attr in _TENSOR_ATTRIBUTES:
             return Kind.TENSOR
-        receiver = self.kind(expr.value, scope, depth)
+        receiver = self.kind(expr.value, scope, depth - 1)
         if receiver is Kind.HOST_TENSOR:
             return Kind.HOST_TENSOR  # a field of a batch still on the host: torchtext's `batch.src`
         if receiver is Kind.TENSOR and attr not in _COUNT_ATTRIBUTES and not attr.startswith(("is_", "has_", "num_")):
@@ -676,7 +688,7 @@ class TensorInference:
             self._busy.discard(key)
 
     def _kind_Subscript(self, expr: cst.Subscript, scope: Scope, depth: int) -> Kind:
-        inner = self.kind(expr.value, scope, depth)
+        inner = self.kind(expr.value, scope, depth - 1)
         if inner is not Kind.TENSOR and isinstance(expr.value, cst.Name) and self._moved_in_place(expr.value, scope, depth):
             return Kind.TENSOR  # `for key, val in meta.items(): meta[key] = val.cuda()` ... `meta["boxes"]`
         return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
@@ -699,7 +711,7 @@ class TensorInference:
             expr.left, (cst.SimpleString, cst.ConcatenatedString)
         ):
             return Kind.NOT_TENSOR  # "%.3f" % x is a string
-        return _merge([self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth)])
+        return _merge([self.kind(expr.left, scope, depth - 1), self.kind(expr.right, scope, depth - 1)])
 
     def _kind_UnaryOperation(self, expr: cst.UnaryOperation, scope: Scope, depth: int) -> Kind:
         if isinstance(expr.operator, cst.Not):
@@ -715,7 +727,7 @@ class TensorInference:
         return _merge([self.kind(operand, scope, depth) for operand in operands])
 
     def _kind_BooleanOperation(self, expr: cst.BooleanOperation, scope: Scope, depth: int) -> Kind:
-        return _merge([self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth)])
+        return _merge([self.kind(expr.left, scope, depth - 1), self.kind(expr.right, scope, depth - 1)])
 
     def _kind_IfExp(self, expr: cst.IfExp, scope: Scope, depth: int) -> Kind:
         return _merge([self.kind(expr.body, scope, depth), self.kind(expr.orelse, scope, depth)])
@@ -809,12 +821,12 @@ class TensorInference:
             if method in _NON_TENSOR_METHODS:
                 return Kind.NOT_TENSOR
             if method in _TENSOR_METHODS or method in _CONTAINER_METHODS:
-                receiver = self.kind(func.value, scope, depth)
+                receiver = self.kind(func.value, scope, depth - 1)
                 if receiver not in (Kind.TENSOR, Kind.HOST_TENSOR):
                     return receiver if method in _TENSOR_METHODS else Kind.UNKNOWN
                 if method in _TO_HOST:
                     return Kind.HOST_TENSOR
-                if method in _TO_DEVICE and not _moves_to_cpu(expr):
+                if method in _TO_DEVICE and not _moves_to_cpu(expr) and not self._converts_dtype(expr, scope):
                     return Kind.TENSOR
                 return receiver
             if isinstance(func.value, cst.Name) and func.value.value == "self" and calls_a_model(method):
@@ -822,6 +834,26 @@ class TensorInference:
             returned = self.returned_kinds(expr, scope, depth)
             return returned[0] if returned is not None else Kind.UNKNOWN
         return Kind.UNKNOWN
+
+    def _converts_dtype(self, call: cst.Call, scope: Scope) -> bool:
+        """`x.to(torch.float16)`, `x.to(dtype=torch.long)`, or `x.to(dtype)` after `dtype = torch.float64`:
+        a dtype conversion, which leaves the tensor where it is."""
+        if call.func.attr.value != "to" or len(call.args) != 1:
+            return False
+        arg = call.args[0]
+        if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
+            return False
+        return self._is_dtype(arg.value, scope)
+
+    def _is_dtype(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+        if isinstance(expr, cst.Attribute):
+            qualified = self.index.imports.qualify(expr) or ""
+            return qualified.count(".") == 1 and qualified[6:] in TORCH_DTYPES and qualified.startswith("torch.")
+        if isinstance(expr, cst.Name) and depth < 2:
+            found = scope.lookup(expr.value)
+            values = [b.value for b in found[0] if b.kind == "value"] if found else []
+            return bool(values) and len(values) == len(found[0]) and all(self._is_dtype(v, scope, depth + 1) for v in values)
+        return False
 
     def _library_call_kind(self, qualified: str, call: cst.Call, scope: Scope, depth: int) -> Kind:
         root = qualified.split(".")[0]

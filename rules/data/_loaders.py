@@ -6,6 +6,7 @@ Not a rule: it declares no Rule subclass, so the registry finds nothing here.
 from __future__ import annotations
 
 import builtins
+import re
 
 import libcst as cst
 
@@ -382,7 +383,7 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
         return False
     first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
     if (qualified[6:] in _CONVERSIONS or _is_legacy_conversion(qualified, expr)) and first is not None and (
-        _drawn_from_loader(first, ctx) or _step_data(first, ctx)
+        _drawn_from_loader(first, ctx) or _step_data(first, ctx) or _handed_in(first, ctx)
     ):
         # `torch.from_numpy(batch["image"])`, `torch.FloatTensor(np.transpose(img_batch, ...))` of
         # what the step loop draws, `torch.FloatTensor(self.state[ind])` of a replay buffer's sample:
@@ -465,6 +466,50 @@ def _step_data(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
             ):
                 return True
     return False
+
+
+# Reads of a tensor's values on the host: what follows is the model's output, not input data.
+_TENSOR_READS = frozenset({"cpu", "numpy", "detach", "tolist", "item", "data", "grad"})
+# Names of sizes and counts: `torch.LongTensor(batch_size)` makes a tensor of that size.
+_SIZE_NAME = re.compile(r"(?i)(^n$|^n_|^num|size$|_len$|^len|length$|count$|^dim|_dim$|shape$)")
+
+
+def _handed_in(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
+    """Is `expr` data a caller hands to this function: a parameter, read through attributes,
+    subscripts, NumPy functions and methods (`np.stack(batch.state)`, `obs.reshape(1, -1)`), or a
+    name bound from one? In a function that runs per step, `torch.from_numpy(np.stack(batch.state))`
+    converts the step's rollout or batch (PyTorch-RL's `update_params(batch)`, pointer_summarizer's
+    `get_input_from_batch(batch)`), not data the function makes itself. Data read back from a tensor
+    (`x.detach().cpu().numpy()`, then flipped or searched on the host) is a round trip of what the
+    model computed, and a size (`torch.LongTensor(batch_size)`) is no data at all."""
+    if isinstance(expr, cst.Name) and _SIZE_NAME.search(expr.value):
+        return False
+    while True:
+        if isinstance(expr, cst.Attribute) and expr.attr.value in _TENSOR_READS:
+            return False
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _TENSOR_READS:
+            return False
+        if isinstance(expr, (cst.Subscript, cst.Attribute)):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and expr.args and (ctx.qualified_name(expr.func) or "").startswith("numpy."):
+            first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
+            if first is None:
+                return False
+            expr = first  # `np.stack(batch.state)`, `np.array(obs)`
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and ctx.qualified_name(expr.func) is None:
+            expr = expr.func.value  # `obs.reshape(1, -1)`, `x.astype(np.float32)`
+        else:
+            break
+    if not isinstance(expr, cst.Name):
+        return False
+    found = ctx.scope.lookup(expr.value)
+    if not found:
+        return False
+    bindings, owner = found
+    if expr.value in owner.params:
+        return expr.value not in ("self", "cls")
+    values = [b.value for b in bindings if b.kind in ("value", "element")]
+    return depth < 3 and bool(values) and all(_handed_in(value, ctx, depth + 1) for value in values)
 
 
 def _sampled_index(name: cst.Name, ctx) -> bool:

@@ -41,7 +41,8 @@ class BlockingBatchCopy(Rule):
         "DataLoader, or from whatever a training loop iterates, and has not been moved yet) in code that runs once per training or evaluation step of a CUDA script, when "
         "`non_blocking=True` is not passed. This includes moves inside a comprehension over the batch, "
         "such as `{k: v.to(device) for k, v in batch.items()}`, batches drawn with `next(train_iter)`, and "
-        "batches converted first (`torch.from_numpy(batch[\"image\"]).to(device)`). Moving the model or a module "
+        "batches converted first (`torch.from_numpy(batch[\"image\"]).to(device)`), also when the batch is handed to "
+        "the function that converts it (`update_params(batch)`: `torch.from_numpy(np.stack(batch.state)).to(device)`). Moving the model or a module "
         "(`model.to(device)`), dtype conversions (`.to(torch.float16)`), `.to(\"cpu\")` and moves of "
         "tensors the script creates itself (LA205) are not flagged, nor are batches of a loader that HF Accelerate "
         "or Fabric prepared (`accelerator.prepare(...)`, `fabric.setup_dataloaders(...)`, also unpacked under new "
@@ -89,6 +90,17 @@ class BlockingBatchCopy(Rule):
         "which changes what the model holds; `non_blocking=True` from its pageable memory would only hide it)."
     )
     valid = (
+        # A model output read back, flipped on the host and sent back: a round trip, not input data.
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "def flip_lr(x):\n"
+        "    tmp = x.detach().cpu().numpy()[..., ::-1].copy()\n"
+        "    return torch.from_numpy(tmp).to(x.device)\n"
+        "for images, labels in loader:\n"
+        "    out = model(images.cuda(non_blocking=True))\n"
+        "    loss = criterion(out + flip_lr(out), labels.cuda(non_blocking=True))\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # torchtext's iterator puts each batch on the device itself: the `.to(device)` moves nothing.
         "import torch\n"
         "from torchtext.data import BucketIterator\n"
@@ -207,6 +219,20 @@ class BlockingBatchCopy(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A rollout handed to the update function, converted from NumPy and moved once per iteration.
+        "import numpy as np\n"
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "dtype = torch.float32\n"
+        "policy = Policy().to(device)\n"
+        "def update_params(batch):\n"
+        "    states = torch.from_numpy(np.stack(batch.state)).to(dtype).to(device)  # expect: LA202\n"
+        "    loss = policy(states).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "for i_iter in range(max_iter_num):\n"
+        "    batch = agent.collect_samples(2048)\n"
+        "    update_params(batch)\n",
         # A step helper that moves the batch it is handed onto its own parameter's name.
         "import torch\n"
         "device = torch.device('cuda')\n"

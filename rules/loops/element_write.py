@@ -5,6 +5,7 @@ import libcst as cst
 from loopaudit.analysis import FrameKind
 from loopaudit.rule import Report, Rule
 
+from ._per_sample import per_sample_work
 from ._batch import (
     TENSORS,
     body_assigned_from,
@@ -29,13 +30,15 @@ class ElementWiseWrite(Rule):
     )
     what_it_flags = (
         "An assignment or augmented assignment to a tensor element (`t[i] = v`, `t[i, j] += v`, "
-        "`t[:, i] = v`, or `t[idx] += v` with `idx = ids[i].item()`) inside a `for` loop over "
+        "`t[:, i] = v`, `t[ids[i]] += v`) inside a `for` loop over "
         "`range(<a tensor's size>)` (`range(x.size(1))`, `range(len(labels))`, `range(n)` with "
         "`n = x.shape[0]`, nested loops over two dimensions), in code that runs once per step on any "
         "device. The tensor written must be shown to be a tensor (`torch.zeros(...)`, a model output). "
         "Not flagged: writes into Python lists, step loops, loops with a stride, recurrences that read "
         "the previous iteration's result (`h = cell(x[t], h)`) and ragged loops that slice each row to "
-        "its own length (`padded[i, :lengths[i]] = seq`)."
+        "its own length (`padded[i, :lengths[i]] = seq`). Nor are the writes of a loop that does other "
+        "work on each sample of the batch (`idx = ids[b].item()` then `totals[idx] += probs[b]`): LA301 "
+        "reports that loop, and its writes are part of the one problem."
     )
     why_it_costs = (
         "Each `t[i] = v` is a separate `aten::copy_` or `aten::index_put_` call dispatched from Python: on "
@@ -61,6 +64,15 @@ class ElementWiseWrite(Rule):
         "adds only once; use `index_add_`/`scatter_add_` when indices can repeat."
     )
     valid = (
+        # A loop that reads each sample's index back (`.item()`) and writes with it: LA301's finding.
+        "import torch\n"
+        "model.cuda()\n"
+        "totals = torch.zeros(num_items, 10, device='cuda')\n"
+        "for x, ids in val_loader:\n"
+        "    probs = model(x.cuda()).softmax(dim=1)\n"
+        "    for b in range(len(ids)):\n"
+        "        idx = ids[b].item()\n"
+        "        totals[idx] += probs[b]\n",
         # Each pathway of a multi-pathway batch (a list) replaced by its copy on the device (SlowFast).
         "import torch\n"
         "model = Net().cuda()\n"
@@ -137,8 +149,7 @@ class ElementWiseWrite(Rule):
         "            for c in range(C):\n"
         "                probs[b, c] += prior[c]  # expect: LA302\n"
         "        for b in range(len(ids)):\n"
-        "            idx = ids[b].item()\n"
-        "            totals[idx] += probs[b]  # expect: LA302\n",
+        "            totals[ids[b]] += probs[b]  # expect: LA302\n",
     )
 
     node_types = (cst.Assign, cst.AugAssign)
@@ -164,6 +175,8 @@ class ElementWiseWrite(Rule):
     def _element_loop(self, target: cst.Subscript, ctx) -> cst.For | None:
         """The enclosing loop over a tensor's size whose variable (or a value read per element) indexes `target`."""
         written = slice_names(target)
+        if any(isinstance(loop, cst.For) and per_sample_work(loop, ctx) is not None for loop in _enclosing_loops(ctx)):
+            return None  # inside a loop over the batch's samples: LA301 reports it, writes and all
         frame = ctx.frame
         while frame is not None and frame.kind is not FrameKind.FUNCTION:
             if frame.kind is FrameKind.LOOP:
@@ -178,6 +191,19 @@ class ElementWiseWrite(Rule):
                         return loop
             frame = frame.parent
         return None
+
+
+def _enclosing_loops(ctx) -> list[cst.CSTNode]:
+    """The loops around the node being checked, inside its function, innermost first, up to the
+    step loop (the loops around that one run once per epoch)."""
+    loops, frame = [], ctx.frame
+    while frame is not None and frame.kind is not FrameKind.FUNCTION:
+        if frame.kind is FrameKind.LOOP:
+            if step_like(frame.node, ctx):
+                break
+            loops.append(frame.node)
+        frame = frame.parent
+    return loops
 
 
 def _replaces_with_moved_copy(target: cst.Subscript, value: cst.BaseExpression | None) -> bool:
