@@ -966,6 +966,89 @@ CASES = {
                         p -= 0.01 * g
         """,
     },
+    "loaders drawn with the iterator's own next() and re-made when they run out; meters named like losses (FixMatch)": {
+        "train.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from utils import AverageMeter
+
+            def train(args, labeled_loader, model, optimizer):
+                labeled_iter = iter(labeled_loader)
+                losses = AverageMeter()
+                for epoch in range(args.epochs):
+                    for batch_idx in range(args.eval_step):
+                        try:
+                            inputs_x, targets_x = labeled_iter.next()
+                        except StopIteration:
+                            labeled_iter = iter(labeled_loader)
+                            inputs_x, targets_x = labeled_iter.next()
+                        targets_x = targets_x.to(args.device)  # expect: LA202
+                        loss = model(inputs_x.to(args.device, non_blocking=True), targets_x)
+                        loss.backward()
+                        optimizer.step()
+                        losses.update(loss.item())  # expect: LA101
+                        print("Loss: {loss:.4f}".format(loss=losses.avg))
+
+            def main(args):
+                args.device = torch.device("cuda", args.gpu_id)
+                labeled_loader = DataLoader(dataset, batch_size=64, num_workers=4, drop_last=True)  # expect: LA201, LA204
+                model = Net().to(args.device)
+                train(args, labeled_loader, model, torch.optim.SGD(model.parameters(), lr=0.03))
+        """,
+        "utils.py": """
+            class AverageMeter:
+                def update(self, val, n=1):
+                    self.sum = getattr(self, "sum", 0) + val * n
+                    self.count = getattr(self, "count", 0) + n
+                    self.avg = self.sum / self.count
+        """,
+    },
+    "loaders walked through a list of loaders; a batch handed on as *inputs, each picked by its position (Attention-Gated-Networks)": {
+        "train_segmentation.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from models.segmentation import Segmentation
+
+            model = Segmentation()
+            train_loader = DataLoader(train_set, num_workers=16, batch_size=8, shuffle=True)  # expect: LA201, LA204
+            valid_loader = DataLoader(valid_set, num_workers=16, batch_size=8)  # expect: LA201, LA204
+            for epoch in range(100):
+                for images, labels in train_loader:
+                    model.set_input(images, labels)
+                    model.optimize_parameters()
+                for loader, split in zip([valid_loader], ["validation"]):
+                    for images, labels in loader:
+                        model.set_input(images, labels)
+                        model.validate()
+        """,
+        "models/__init__.py": "",
+        "models/segmentation.py": """
+            import torch
+            from torch.autograd import Variable
+
+            class Segmentation:
+                def __init__(self):
+                    self.net = torch.nn.Conv2d(3, 2, 1).cuda()
+                    self.optimizer = torch.optim.Adam(self.net.parameters())
+
+                def set_input(self, *inputs):
+                    for idx, _input in enumerate(inputs):
+                        if idx == 0:
+                            self.input = _input.cuda()  # expect: LA202
+                        elif idx == 1:
+                            self.target = Variable(_input.cuda())  # expect: LA202
+
+                def optimize_parameters(self):
+                    self.optimizer.zero_grad()
+                    loss = (self.net(self.input) - self.target).abs().mean()
+                    loss.backward()
+                    self.optimizer.step()
+
+                def validate(self):
+                    with torch.no_grad():
+                        self.prediction = self.net(self.input)
+        """,
+    },
 }
 
 

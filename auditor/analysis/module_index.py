@@ -374,7 +374,9 @@ class _Indexer:
             checked = _tensor_check(node.test)
             if checked is not None:
                 self.index.tensor_checks[id(node.body)] = checked
-            if is_periodic_test(node.test, self.loop, self.periodic_names) or self._periodic_flag(node.test):
+            if (
+                is_periodic_test(node.test, self.loop, self.periodic_names) or self._periodic_flag(node.test)
+            ) and not _dispatches_on_index(node, self._chains.get(id(node), [])):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
             if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
@@ -762,6 +764,29 @@ def named_param(function: cst.FunctionDef, name: str) -> cst.Param | None:
     """The parameter `name` of `function` (positional, ordinary or keyword-only), if it has one."""
     params = function.params
     return next((p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name), None)
+
+
+def _dispatches_on_index(node: cst.If, chain: list[cst.If]) -> bool:
+    """`if idx == 0: ... elif idx == 1: ...`: a chain that picks what to do with each element by its
+    position, every pass of the loop, not a guard that lets the first step alone through."""
+    tested = _equals_integer(node.test)
+    if tested is None:
+        return False
+    after = node.orelse if isinstance(node.orelse, cst.If) else None
+    return (after is not None and _equals_integer(after.test) == tested) or (
+        bool(chain) and _equals_integer(chain[-1].test) == tested
+    )
+
+
+def _equals_integer(test: cst.BaseExpression) -> str | None:
+    """`idx == 0`: the name compared with a number written in the code."""
+    if (
+        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Equal) and isinstance(test.left, cst.Name)
+        and isinstance(test.comparisons[0].comparator, cst.Integer)
+    ):
+        return test.left.value
+    return None
 
 
 def argument_for(function: FunctionInfo, name: str, call: cst.Call) -> cst.BaseExpression | None:

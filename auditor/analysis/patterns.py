@@ -61,6 +61,33 @@ PERIODIC_NAME = re.compile(
 _TIME_FUNCTIONS = {"time", "perf_counter", "monotonic", "process_time"}
 
 
+def next_of(call: cst.BaseExpression, scope=None) -> cst.BaseExpression | None:
+    """The iterator a call advances: `it` in `next(it)`, `next(it, None)`, and, given the call's scope,
+    `it.next()` (the Python 2 spelling FixMatch keeps) or `it.__next__()` where `it = iter(...)`; not
+    a `next()` method of some object (YOLOX's `self.prefetcher.next()`, which hands back device
+    tensors). None for any other call."""
+    if not isinstance(call, cst.Call):
+        return None
+    func = call.func
+    if isinstance(func, cst.Name) and func.value == "next" and call.args and not call.args[0].star:
+        return call.args[0].value
+    if scope is not None and isinstance(func, cst.Attribute) and func.attr.value in ("next", "__next__") and not call.args:
+        receiver = func.value
+        if isinstance(receiver, cst.Name):
+            found = scope.lookup(receiver.value)
+            values = [b.value for b in found[0]] if found else []
+        elif isinstance(receiver, cst.Attribute) and isinstance(receiver.value, cst.Name) and receiver.value.value == "self":
+            owner = scope.owner_class  # `self.val_iter = iter(self.val_loader)` in another method (monodepth2)
+            values = [b.value for b in owner.attributes.get(receiver.attr.value, ())] if owner is not None else []
+        else:
+            values = []
+        if values and all(
+            isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value == "iter" for v in values
+        ):
+            return func.value
+    return None
+
+
 def is_training_call(call: cst.Call, imports: ImportTable) -> bool:
     """Does this call train: `loss.backward()`, `optimizer.step()`, `scaler.step(opt)`, or
     `torch.autograd.grad(loss, params)` (TRPO's natural gradient, a hand-written update)?"""

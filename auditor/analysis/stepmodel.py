@@ -35,6 +35,7 @@ from .patterns import (
     LOADER_NAME,
     calls_a_model,
     is_training_call,
+    next_of,
     is_step_variable,
     loop_target_names,
     mentions_step_bound,
@@ -78,6 +79,16 @@ _KNOWN_LIBRARIES = frozenset({
 def _fits_no_builtin(method: str, call: cst.Call) -> bool:
     positional = sum(1 for arg in call.args if arg.keyword is None and not arg.star)
     return positional > _BUILTIN_ARITY.get(method, 99)
+
+
+def _listed(iterable: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The elements of the list or tuple literals a loop walks: `[a, b]`, and the literals given to
+    `zip(...)` or `enumerate(...)`."""
+    if isinstance(iterable, (cst.List, cst.Tuple)):
+        return [e.value for e in iterable.elements if not isinstance(e, cst.StarredElement)]
+    if isinstance(iterable, cst.Call) and terminal_name(iterable.func) in ("zip", "enumerate"):
+        return [e for arg in iterable.args if not arg.star for e in _listed(arg.value)]
+    return []
 
 
 def _steps_optimizer(call: cst.Call) -> bool:
@@ -966,11 +977,11 @@ class StepModel:
     def fetches_batch(self, loop: LoopInfo) -> bool:
         """`for i in range(0, n, bptt): data, targets = get_batch(source, i)`: one batch per iteration."""
         for site in loop.direct_calls:
-            name = terminal_name(site.call.func) or ""
-            if name == "next":
-                if site.call.args and self.is_loader(site.call.args[0].value, site.scope):
+            iterator = next_of(site.call, site.scope)
+            if iterator is not None:
+                if self.is_loader(iterator, site.scope):
                     return True
-            elif BATCH_FETCH.match(name):
+            elif BATCH_FETCH.match(terminal_name(site.call.func) or ""):
                 return True
         return False
 
@@ -979,9 +990,10 @@ class StepModel:
             if is_training_call(site.call, self.index.imports):
                 return True
             name = terminal_name(site.call.func) or ""
-            if name == "next":
+            iterator = next_of(site.call, site.scope)
+            if iterator is not None:
                 # `next(it)` fetches a batch only when `it` comes from a loader: `it = iter(train_loader)`.
-                if site.call.args and self.is_loader(site.call.args[0].value, site.scope):
+                if self.is_loader(iterator, site.scope):
                     return True
             elif BATCH_FETCH.match(name) or (calls_a_model(name) and name not in self.index.classes):
                 return True
@@ -1389,6 +1401,13 @@ class StepModel:
             return True
         if depth < 3 and any(self._returned_by(b, name, scope, depth) for b in bindings):
             return True
+        if depth < 3 and any(
+            # `for loader, split in zip([valid_loader, test_loader], ["val", "test"]):`: each pass
+            # walks one of the listed loaders
+            b.kind == "loop" and any(self._refers_to(e, name, scope, owner, depth + 1) for e in _listed(b.value))
+            for b in bindings
+        ):
+            return True
         if depth < 3 and expr.value in owner.params and owner.function is not None:
             # a parameter (perhaps rebound later, `loader = sample_data(loader)`, but read as passed first):
             # does any call site pass our name for it?
@@ -1770,11 +1789,7 @@ def drawn_from(loop: LoopInfo) -> list[cst.BaseExpression]:
     """What the loop draws its items from: the parts of a `for` loop's iterable (`tqdm(loader)` gives
     the call and `loader`), and what `next(...)` reads in its body (`for i in range(n): x = next(it)`)."""
     drawn = list(unwrap_iterable(loop.node.iter)) if isinstance(loop.node, cst.For) else []
-    drawn += [
-        site.call.args[0].value
-        for site in loop.direct_calls
-        if isinstance(site.call.func, cst.Name) and site.call.func.value == "next" and site.call.args
-    ]
+    drawn += [iterator for site in loop.direct_calls if (iterator := next_of(site.call, site.scope)) is not None]
     return drawn
 
 

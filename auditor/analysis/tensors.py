@@ -20,8 +20,8 @@ import libcst as cst
 
 from .module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
 from .names import dotted_name, terminal_name
-from .patterns import calls_a_model, param_default, unwrap_iterable
-from .stepmodel import StepModel, argument_for, indexed_walk
+from .patterns import calls_a_model, next_of, param_default, unwrap_iterable
+from .stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
 from .walk import Containment
 
 
@@ -311,6 +311,9 @@ class TensorInference:
         star = function.params.star_kwarg
         if isinstance(star, cst.Param) and star.name.value == name:
             return self._keywords_kind(info, depth) if info is not None else Kind.UNKNOWN
+        rest = function.params.star_arg
+        if isinstance(rest, cst.Param) and rest.name.value == name:
+            return self._rest_kind(info, depth) if info is not None else Kind.UNKNOWN
         if owner is None or function.name.value != "forward" or not self.steps.is_torch_module(owner):
             return self._argument_kind(name, info, depth) if info is not None else Kind.UNKNOWN
         passed = _merge(self._passed_elsewhere(name, info)) if info is not None else Kind.UNKNOWN
@@ -338,6 +341,27 @@ class TensorInference:
             for argument, scope in self.arguments_for(name, function)
         ]
         return _merge(kinds + self._passed_elsewhere(name, function))
+
+    def _rest_kind(self, function, depth: int = 0) -> Kind:
+        """What the callers pass into `*inputs`, here and in other modules: the positional arguments
+        past the named ones (`model.set_input(images, labels)` into `def set_input(self, *inputs)`:
+        a loop over `inputs` walks the batch's tensors)."""
+        depth += 4
+        named = len(function.positional_params)
+        kinds = []
+        for site in function.call_sites[:8]:
+            positional = [arg for arg in site.call.args if arg.keyword is None]
+            if self.steps.calls_partial(site) or any(arg.star for arg in positional):
+                kinds.append(Kind.UNKNOWN)
+                continue
+            kinds.extend(self.kind(arg.value, site.scope, depth) for arg in positional[named:])
+        facts = self.steps.facts
+        if facts is not None:
+            kinds.extend(
+                Kind(kind) for qualname, param, kind in facts.argument_kinds
+                if qualname == function.qualname and param.isdigit() and int(param) >= named
+            )
+        return _merge(kinds)
 
     def _keywords_kind(self, function, depth: int = 0) -> Kind:
         """What the callers pass into `**kwargs`, here and in other modules: a device tensor when any
@@ -572,9 +596,8 @@ class TensorInference:
     def _draws_batch(self, value: cst.BaseExpression, loop: LoopInfo | None) -> bool:
         """`batch, cond = next(self.data)` in a step loop that trains: whatever the iterator is
         called, each pass draws the step's batch from it (consistency models' `run_loop`)."""
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next"):
-            return False
-        if not value.args or _NOT_BATCHES.search(terminal_name(value.args[0].value) or ""):
+        iterator = next_of(value)
+        if iterator is None or _NOT_BATCHES.search(terminal_name(iterator) or ""):
             return False
         return loop is not None and self.steps.is_step_loop(loop) and self.steps.loop_trains(loop)
 
@@ -803,15 +826,19 @@ class TensorInference:
             returned = self.returned_kinds(expr, scope, depth)
             if returned is not None:
                 return returned[0]
+        if qualified is not None and qualified.split(".", 1)[0] not in ("torch", "numpy") and _constructs_object(func):
+            return Kind.NOT_TENSOR  # `losses = AverageMeter()`: an object of a class, whatever its name says
         if qualified is not None:
             return self._library_call_kind(qualified, expr, scope, depth)
+        iterator = next_of(expr, scope)
+        if iterator is not None and self.steps.is_loader(iterator, scope):
+            return Kind.HOST_TENSOR  # `batch = next(train_iter)`, `train_iter.next()`: a batch as the loader yields it
         if isinstance(func, cst.Name):
             if func.value in _PY_NON_TENSOR_CALLS:
                 return Kind.NOT_TENSOR
-            if func.value == "next" and expr.args and self.steps.is_loader(expr.args[0].value, scope):
-                return Kind.HOST_TENSOR  # `batch = next(train_iter)`: a batch as the loader yields it
             if func.value in self.index.classes:
-                return Kind.UNKNOWN  # constructing one of the module's own classes
+                # constructing one of the module's own classes: an object, unless it is a tensor's
+                return Kind.NOT_TENSOR if _constructs_object(func) else Kind.UNKNOWN
             if calls_a_model(func.value) or self._is_model_instance(func.value, scope):
                 return Kind.TENSOR
             returned = self.returned_kinds(expr, scope, depth)
@@ -954,6 +981,13 @@ def _merge(kinds: list[Kind]) -> Kind:
 
 def _is_cpu_literal(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.SimpleString) and expr.value.strip("'\"") == "cpu"
+
+
+def _constructs_object(func: cst.BaseExpression) -> bool:
+    """`AverageMeter()`, `utils.Logger(...)`: a call of a class by Python's naming convention, which
+    makes an object; not `Variable(x)` or `Parameter(x)` (tensors), nor a `FloatTensor`."""
+    name = terminal_name(func) or ""
+    return looks_like_class(name) and not name.endswith("Tensor") and name not in ("Variable", "Parameter")
 
 
 def _moves_to_cpu(call: cst.Call) -> bool:

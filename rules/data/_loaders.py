@@ -10,7 +10,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis import BATCH_FETCH, command_line_default, constant, dotted_name, FrameKind, iter_subtree, Kind, LoopInfo, terminal_name, UNKNOWN, unwrap_iterable
+from loopaudit.analysis import BATCH_FETCH, command_line_default, constant, dotted_name, FrameKind, iter_subtree, Kind, LoopInfo, next_of, terminal_name, UNKNOWN, unwrap_iterable
 
 # The legacy typed constructors: `torch.LongTensor(b, n)` makes an uninitialised tensor of that size
 # on the host, `torch.FloatTensor(x)` copies the data given as its one argument.
@@ -525,8 +525,9 @@ def _sampled_index(name: cst.Name, ctx) -> bool:
 def _drawn_from_loader(expr: cst.BaseExpression, ctx) -> bool:
     """Does `expr` come from a loader: an item of a loop over one, or `next(train_iter)`?"""
     for origin in _origins(expr, ctx):
-        if isinstance(origin, cst.Call) and isinstance(origin.func, cst.Name) and origin.func.value == "next":
-            origin = origin.args[0].value if origin.args else origin
+        iterator = next_of(origin, ctx.scope)
+        if iterator is not None:
+            origin = iterator
         if ctx.steps.is_loader(origin, ctx.scope):
             return True
     return False

@@ -219,6 +219,20 @@ class BlockingBatchCopy(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A batch drawn with the iterator's own `next()` method, the Python 2 spelling (monodepth2).
+        "import torch\n"
+        "class Trainer:\n"
+        "    def __init__(self, loader):\n"
+        "        self.device = torch.device('cuda')\n"
+        "        self.model = Net().to(self.device)\n"
+        "        self.loader = loader\n"
+        "        self.train_iter = iter(self.loader)\n"
+        "    def train(self):\n"
+        "        for step in range(num_steps):\n"
+        "            images = self.train_iter.next()\n"
+        "            loss = self.model(images.to(self.device)).mean()  # expect: LA202\n"
+        "            loss.backward()\n"
+        "            self.optimizer.step()\n",
         # A rollout handed to the update function, converted from NumPy and moved once per iteration.
         "import numpy as np\n"
         "import torch\n"

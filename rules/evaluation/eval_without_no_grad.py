@@ -329,9 +329,11 @@ def _host_value(value, function, ctx, follow_names: bool) -> bool:
         if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in _TO_HOST:
             return True
         inner = inner.func if isinstance(inner, cst.Call) else inner.value
-    # A helper that converts what it is given (`to_np(action[0])`): a tensor in, no tensor out.
+    # A helper that converts what it is given (`to_np(action[0])`): a tensor in, no tensor out. Not a
+    # class built from tensors (`utils.TruncatedNormal(mu, std)`): the object holds them.
     return (
         isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)) and bool(value.args)
+        and not (terminal_name(value.func) or "")[:1].isupper()
         and ctx.tensors.kind(value, function.scope) in (Kind.NOT_TENSOR, Kind.HOST_TENSOR)
         and ctx.tensors.kind(value.args[0].value, function.scope) is Kind.TENSOR
     )
