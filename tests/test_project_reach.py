@@ -1049,6 +1049,55 @@ CASES = {
                         self.prediction = self.net(self.input)
         """,
     },
+    "a worker count passed ninth, from the command line; the parts of a model's output walked in an evaluation step; a helper given host tensors returns host tensors (stargan, pytorch-pose)": {
+        "main.py": """
+            import argparse
+            import math
+            import torch
+            from data_loader import get_loader
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--num_workers", type=int, default=1)
+            config = parser.parse_args()
+            device = torch.device("cuda")
+            model = Net().to(device)
+
+            def get_preds(scores):
+                maxval, idx = torch.max(scores.view(scores.size(0), scores.size(1), -1), 2)
+                return idx.view(scores.size(0), scores.size(1), 1).repeat(1, 1, 2).float()
+
+            def validate(val_loader):
+                model.eval()
+                with torch.no_grad():
+                    for input, target in val_loader:
+                        output = model(input.to(device, non_blocking=True))
+                        loss = 0
+                        for o in output:
+                            loss += criterion(o, target.to(device, non_blocking=True))
+                        score_map = output.cpu()  # expect: LA102
+                        coords = get_preds(score_map)
+                        px = int(math.floor(coords[0][0][0]))
+
+            def train(train_loader):
+                for input, target in train_loader:
+                    output = model(input.to(device, non_blocking=True))
+                    preds = get_preds(output)
+                    loss = criterion(output, target.to(device, non_blocking=True)) + preds.mean()
+                    loss.backward()
+                    optimizer.step()
+
+            loader = get_loader("img", "attr", [], 178, 128, 16, "CelebA", "train", config.num_workers)
+            for epoch in range(10):
+                train(loader)
+                validate(loader)
+        """,
+        "data_loader.py": """
+            from torch.utils import data
+
+            def get_loader(image_dir, attr_path, selected_attrs, crop_size, image_size, batch_size, dataset, mode, num_workers):
+                return data.DataLoader(dataset=dataset, batch_size=batch_size, shuffle=True, pin_memory=True, num_workers=num_workers)  # expect: LA204
+        """,
+    },
 }
 
 

@@ -280,7 +280,7 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         for position, arg in enumerate(site.call.args):
             if arg.star:
                 break
-            if position >= 8 and arg.keyword is None:
+            if position >= 16 and arg.keyword is None:
                 continue  # (every keyword counts: a caller turning an option on, `use_amp=args.use_amp`)
             key = arg.keyword.value if arg.keyword is not None else str(position)
             arguments.append((key, tensors.kind_at(arg.value, site.scope, site.frame).value))

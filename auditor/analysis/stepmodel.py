@@ -940,7 +940,7 @@ class StepModel:
         written out, nor a loop inside a model (which unrolls one forward)."""
         if not isinstance(loop.node, cst.For) or (counted_range(loop) is not None and indexed_walk(loop) is None):
             return False
-        if _walks_written_out(loop):
+        if _walks_written_out(loop) or self._walks_model_output(loop):
             return False
         if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
             return False
@@ -957,6 +957,19 @@ class StepModel:
             if first is not None and _data_of(first) & drawn and self.under_no_grad(site.frame):
                 return True
         return False
+
+    def _walks_model_output(self, loop: LoopInfo) -> bool:
+        """`output = model(input)` ... `for o in output: loss += criterion(o, target)`: the parts of one
+        forward's output (a stacked hourglass's stages, a multi-scale head), which one step walks."""
+        iterable = loop.node.iter if isinstance(loop.node, cst.For) else None
+        if not isinstance(iterable, cst.Name):
+            return False
+        found = loop.scope.lookup(iterable.value)
+        return found is not None and any(
+            b.kind == "value" and isinstance(b.value, cst.Call) and calls_a_model(terminal_name(b.value.func) or "")
+            and terminal_name(b.value.func) not in self.index.classes
+            for b in found[0]
+        )
 
     def _repeats_work(self, function: FunctionInfo) -> bool:
         """Does the function (or one it calls) loop over a step's work itself: a benchmark's

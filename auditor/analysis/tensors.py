@@ -90,6 +90,8 @@ _TENSOR_METHODS = frozenset({
     "new", "index", "index_fill", "index_fill_", "index_copy", "index_copy_", "index_put", "index_put_",
     "resize_", "resize_as_", "fill_diagonal_", "masked_scatter_", "sort", "max_pool2d",
 })
+# Tensor methods that read a shape or a value: they put nothing on the device.
+_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "item", "tolist", "numpy", "stride"})
 # torch's dtypes (`torch.float16`): `.to(torch.float16)` converts, it does not move.
 TORCH_DTYPES = frozenset({
     "float", "float16", "float32", "float64", "double", "half", "bfloat16", "int", "int8", "int16", "int32",
@@ -766,7 +768,12 @@ class TensorInference:
             return None
         functions = self.steps.resolve(site)
         if functions:
-            return self._local_returns(functions, depth)
+            returned = self._local_returns(functions, depth)
+            if returned is not None and Kind.TENSOR in returned and self._host_in_host_out(call, functions, scope, depth):
+                # `coords = get_preds(score_map.cpu())`: this call hands it host tensors only, and it
+                # moves nothing to the device itself, so what it returns is on the host here
+                return tuple(Kind.HOST_TENSOR if kind is Kind.TENSOR else kind for kind in returned)
+            return returned
         facts = self.steps.facts
         if facts is None or not facts.return_kinds:
             return None
@@ -775,6 +782,39 @@ class TensorInference:
             if name == target:
                 return tuple(Kind(kind) for kind in kinds)
         return None
+
+    def _host_in_host_out(self, call: cst.Call, functions, scope: Scope, depth: int) -> bool:
+        """Does this call hand the function host tensors only (one at least), and does the function
+        compute with torch alone, never putting anything on the device (no move, no `device=`, no
+        model, no call into other code)?"""
+        if depth > 8 or any(arg.star for arg in call.args):
+            return False
+        kinds = [self.kind(arg.value, scope, depth) for arg in call.args]
+        if Kind.HOST_TENSOR not in kinds or Kind.TENSOR in kinds:
+            return False
+        return all(self._computes_in_place(function) for function in functions)
+
+    def _computes_in_place(self, function) -> bool:
+        key = (id(function), "<in place>")
+        if key not in self._returns:
+            self._returns[key] = all(self._keeps_device(site.call) for site in function.all_calls)
+        return self._returns[key]
+
+    def _keeps_device(self, call: cst.Call) -> bool:
+        """A call that leaves tensors where they are: a torch function without `device=`, a tensor
+        method other than a move, or a Python builtin."""
+        if any(arg.keyword is not None and arg.keyword.value == "device" for arg in call.args):
+            return False
+        func = call.func
+        qualified = self.index.imports.qualify(func) or ""
+        if qualified.startswith("torch.") and not qualified.startswith(("torch.cuda", "torch.nn")):
+            return True
+        if isinstance(func, cst.Name):
+            return func.value in _PY_NON_TENSOR_CALLS or func.value in ("max", "min", "zip", "enumerate", "sum")
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            return (method in _TENSOR_METHODS or method in _SHAPE_METHODS) and method not in ("to", "cuda", "type", "type_as", "new")
+        return False
 
     def _local_returns(self, functions, depth: int) -> tuple[Kind, ...] | None:
         results = []
