@@ -275,6 +275,9 @@ class TensorInference:
             self._guess_from_names and merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name)
             and not {Kind.NOT_TENSOR, Kind.HOST_TENSOR} & set(kinds)
             and not any(binding.kind == "loop" for binding in bindings)
+            # `losses = AverageMeter()`: an object of a class, whatever its name says (its methods may
+            # still hand back tensors: `accelerator.gather(loss)`, so its kind stays unknown)
+            and not all(b.kind == "value" and isinstance(b.value, cst.Call) and _constructs_object(b.value.func) for b in bindings)
             and not (name in owner.params and _literal_default(name, owner))  # `fmax_loss=None`: a setting
         ):
             return Kind.TENSOR
@@ -866,8 +869,6 @@ class TensorInference:
             returned = self.returned_kinds(expr, scope, depth)
             if returned is not None:
                 return returned[0]
-        if qualified is not None and qualified.split(".", 1)[0] not in ("torch", "numpy") and _constructs_object(func):
-            return Kind.NOT_TENSOR  # `losses = AverageMeter()`: an object of a class, whatever its name says
         if qualified is not None:
             return self._library_call_kind(qualified, expr, scope, depth)
         iterator = next_of(expr, scope)
@@ -877,8 +878,7 @@ class TensorInference:
             if func.value in _PY_NON_TENSOR_CALLS:
                 return Kind.NOT_TENSOR
             if func.value in self.index.classes:
-                # constructing one of the module's own classes: an object, unless it is a tensor's
-                return Kind.NOT_TENSOR if _constructs_object(func) else Kind.UNKNOWN
+                return Kind.UNKNOWN  # constructing one of the module's own classes
             if calls_a_model(func.value) or self._is_model_instance(func.value, scope):
                 return Kind.TENSOR
             returned = self.returned_kinds(expr, scope, depth)
