@@ -187,9 +187,9 @@ class TensorInference:
             self._guess_from_names = saved
 
     def kind(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> Kind:
-        # `depth` counts the hops through bindings, parameters and calls. Reading into an expression
-        # (a method chain's receiver, a subscript's value, an operand) costs none: it ends with the
-        # expression, and `gt_boxes[:, :, 4].contiguous().view(-1)` is one value, not five.
+        # `depth` counts the hops through bindings, parameters, calls and operators. Reading into a
+        # chain (a method's receiver, a subscript's or an attribute's value) costs none: it does not
+        # branch, and `gt_boxes[:, :, 4].contiguous().view(-1)` is one value, not five.
         if depth > 14:
             return Kind.UNKNOWN
         method = getattr(self, f"_kind_{type(expr).__name__}", None)
@@ -739,7 +739,7 @@ class TensorInference:
             expr.left, (cst.SimpleString, cst.ConcatenatedString)
         ):
             return Kind.NOT_TENSOR  # "%.3f" % x is a string
-        return _merge([self.kind(expr.left, scope, depth - 1), self.kind(expr.right, scope, depth - 1)])
+        return _merge([self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth)])
 
     def _kind_UnaryOperation(self, expr: cst.UnaryOperation, scope: Scope, depth: int) -> Kind:
         if isinstance(expr.operator, cst.Not):
@@ -755,7 +755,7 @@ class TensorInference:
         return _merge([self.kind(operand, scope, depth) for operand in operands])
 
     def _kind_BooleanOperation(self, expr: cst.BooleanOperation, scope: Scope, depth: int) -> Kind:
-        return _merge([self.kind(expr.left, scope, depth - 1), self.kind(expr.right, scope, depth - 1)])
+        return _merge([self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth)])
 
     def _kind_IfExp(self, expr: cst.IfExp, scope: Scope, depth: int) -> Kind:
         return _merge([self.kind(expr.body, scope, depth), self.kind(expr.orelse, scope, depth)])
