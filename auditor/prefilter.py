@@ -147,6 +147,8 @@ def may_contain_findings(
             return False
     if any(hook in text for hook in extra_hooks):
         return True
+    if in_project and "add_argument" in text and "cuda" in text:
+        return True  # a command line whose device defaults to CUDA (args.py): the project reads its defaults
     if _has_step_hint(text):
         return True
     # A `while True:` that fetches batches, or a loop over a name bound to a loader elsewhere in the

@@ -1098,6 +1098,51 @@ CASES = {
                 return data.DataLoader(dataset=dataset, batch_size=batch_size, shuffle=True, pin_memory=True, num_workers=num_workers)  # expect: LA204
         """,
     },
+    "the device a command-line option defaults to, declared in a module without torch (PyTorch-ENet)": {
+        "args.py": """
+            from argparse import ArgumentParser
+
+            def get_arguments():
+                parser = ArgumentParser()
+                parser.add_argument("--device", default="cuda", help="Device to train on. Default: cuda")
+                parser.add_argument("--workers", type=int, default=4)
+                return parser.parse_args()
+        """,
+        "main.py": """
+            import torch
+            from args import get_arguments
+            from train import Train
+
+            args = get_arguments()
+            device = torch.device(args.device)
+            model = Net().to(device)
+            train_loader = DataLoader(train_set, batch_size=10, num_workers=args.workers, pin_memory=True, persistent_workers=True)
+            train = Train(model, train_loader, device)
+            for epoch in range(300):
+                train.run_epoch()
+        """,
+        "train.py": """
+            class Train:
+                def __init__(self, model, data_loader, device):
+                    self.model, self.data_loader, self.device = model, data_loader, device
+
+                def run_epoch(self):
+                    for step, batch_data in enumerate(self.data_loader):
+                        inputs = batch_data[0].to(self.device)  # expect: LA202
+                        loss = self.model(inputs).mean()
+                        loss.backward()
+                        self.optim.step()
+        """,
+        "other_script.py": """
+            import torch
+            device = torch.device(DEVICE)
+            model = Net().to(device)
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.to(device)).mean()
+                loss.backward()
+                optimizer.step()
+        """,
+    },
 }
 
 

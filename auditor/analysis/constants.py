@@ -172,6 +172,9 @@ def declared_defaults(at) -> dict:
         if not dest:
             continue
         default = keywords.get("default")
+        if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
+            declare(dest, default.evaluated_value)  # `default="cuda"`: a device the script runs on
+            continue
         declare(dest, constant(default, at, depth=2) if default is not None else UNKNOWN)
     return defaults
 

@@ -338,7 +338,7 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         names_cuda=names_cuda(index), moves_to_device=index.moves_to_device, registries=registries,
         command_line_defaults=tuple(sorted(
             (dest, value) for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
-            if type(value) in (int, bool)
+            if type(value) in (int, bool) or (type(value) is str and "device" in dest.lower() and value.startswith(("cuda", "cpu")))
         )),
     )
 
@@ -833,7 +833,7 @@ def derive_facts(
             fields.setdefault(name, set()).add(_absolute_class(layout, path, cls) or cls)
     layout.fields = {name: cls for name, (cls, *more) in fields.items() if not more and cls.startswith("@")}
     resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
-    split = _split_cuda_evidence(layout, resolved, summaries) | _inherited_cuda(layout, summaries)
+    split = _split_cuda_evidence(layout, resolved, summaries) | _inherited_cuda(layout, summaries) | _cuda_by_option(layout, summaries)
     cuda = _cuda_closure(resolved, summaries, split)
 
     # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
@@ -1225,6 +1225,29 @@ def _split_cuda_evidence(layout: ProjectLayout, resolved, summaries: dict[str, M
         if movers:
             found |= movers | {path}
     return found
+
+
+def _cuda_by_option(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> set[str]:
+    """The modules that move tensors to a device and declare, or import the module that declares, a
+    command-line device option defaulting to CUDA (`parser.add_argument("--device", default="cuda")`
+    in args.py, read as `torch.device(args.device)` in main.py, PyTorch-ENet): they run on CUDA
+    unless told otherwise. Only those: in a repository of many scripts, one script's option says
+    nothing about the others."""
+    declaring = {
+        path for path, summary in summaries.items()
+        if any("device" in dest.lower() and isinstance(value, str) and value.startswith("cuda") for dest, value in summary.command_line_defaults)
+    }
+    if not declaring:
+        return set()
+    return {
+        path for path, summary in summaries.items()
+        if summary.moves_to_device and (
+            path in declaring or any(
+                (hit := layout.resolve(path, module + ".*")) is not None and hit[0] in declaring
+                for module in layout.imported_modules(path)
+            )
+        )
+    }
 
 
 def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[str] = frozenset()) -> dict[str, bool]:
