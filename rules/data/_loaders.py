@@ -506,9 +506,11 @@ def _handed_in(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
     if not found:
         return False
     bindings, owner = found
-    if expr.value in owner.params:
+    if expr.value in owner.params and not bindings:
         return expr.value not in ("self", "cls")
     values = [b.value for b in bindings if b.kind in ("value", "element")]
+    if len(values) != len(bindings):
+        return False  # also a loop target, a `with` name: not only what the callers handed over
     return depth < 3 and bool(values) and all(_handed_in(value, ctx, depth + 1) for value in values)
 
 

@@ -90,6 +90,21 @@ class BlockingBatchCopy(Rule):
         "which changes what the model holds; `non_blocking=True` from its pageable memory would only hide it)."
     )
     valid = (
+        # A parameter rebound to its own values read back (glow-tts' `maximum_path`): a round trip too.
+        "import numpy as np\n"
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "def maximum_path(value, mask):\n"
+        "    device = value.device\n"
+        "    value = value.data.cpu().numpy()\n"
+        "    path = np.zeros_like(value)\n"
+        "    return torch.from_numpy(path).to(device=device)\n"
+        "for x, y in loader:\n"
+        "    logp = model(x.cuda(non_blocking=True))\n"
+        "    attn = maximum_path(logp, y.cuda(non_blocking=True))\n"
+        "    loss = (logp * attn).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A model output read back, flipped on the host and sent back: a round trip, not input data.
         "import torch\n"
         "model = Net().cuda()\n"
