@@ -1241,12 +1241,7 @@ def _cuda_by_option(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) 
         return set()
     return {
         path for path, summary in summaries.items()
-        if summary.moves_to_device and (
-            path in declaring or any(
-                (hit := layout.resolve(path, module + ".*")) is not None and hit[0] in declaring
-                for module in layout.imported_modules(path)
-            )
-        )
+        if summary.moves_to_device and (path in declaring or _imports_one_of(layout, path, declaring))
     }
 
 
@@ -1302,13 +1297,16 @@ def _imports_training(layout: ProjectLayout, path: str, training: set[str]) -> b
     its loop may be a step loop through them (`for batch in stream: engine.train_step(batch)`), an epoch
     loop handing them the loaders it builds (`train(epoch, train_loader, model)`), or, loop or not, it
     hands them loaders once (StarGAN's main.py: `Solver(celeba_loader, ...)`)."""
-    modules = layout.imported_modules(path)
-    if not modules:
-        return False
+    return _imports_one_of(layout, path, training) or any(
+        file in training for module in layout.imported_modules(path) for file in layout.files_in_package(module)
+    )  # (the second: `from models import create_model`, a package)
+
+
+def _imports_one_of(layout: ProjectLayout, path: str, files: set[str]) -> bool:
+    """Does the file import (by its text) a module that is one of `files`?"""
     return any(
-        ((hit := layout.resolve(path, module + ".*")) is not None and hit[0] in training)
-        or any(file in training for file in layout.files_in_package(module))  # `from models import create_model`
-        for module in modules
+        (hit := layout.resolve(path, module + ".*")) is not None and hit[0] in files
+        for module in layout.imported_modules(path)
     )
 
 

@@ -91,6 +91,11 @@ def _listed(iterable: cst.BaseExpression) -> list[cst.BaseExpression]:
     return []
 
 
+def _is_partial(factory: cst.Call | None, imports) -> bool:
+    """`functools.partial(f, ...)`: the call a called name was bound to, when it binds a function."""
+    return factory is not None and bool(factory.args) and imports.qualify(factory.func) == "functools.partial"
+
+
 def _steps_optimizer(call: cst.Call) -> bool:
     """`optimizer.step()`, `scaler.step(opt)`, `self.GAN.D_opt.step()`: a `.step(...)` call (is_training_call
     tells an optimizer's from a scheduler's)."""
@@ -241,7 +246,7 @@ class StepModel:
             if cls:
                 return self._methods(cls, ("forward", "__call__"))
             factory = self._factory_call(func, site.scope)
-            if self.calls_partial(site) and factory is not None:
+            if _is_partial(factory, self.index.imports):
                 # `backwards = partial(loss_backwards, fp16)` ... `backwards(loss, opt)`: loss_backwards
                 bound = factory.args[0].value
                 return self.local_functions(bound, site.scope) if isinstance(bound, cst.Name) else []
@@ -282,8 +287,7 @@ class StepModel:
     def calls_partial(self, site: CallSite) -> bool:
         """Is the called name bound to `functools.partial(f, ...)`? Its arguments then fill `f`'s
         parameters after the ones the partial binds."""
-        factory = self._factory_call(site.call.func, site.scope)
-        return factory is not None and bool(factory.args) and self.index.imports.qualify(factory.func) == "functools.partial"
+        return _is_partial(self._factory_call(site.call.func, site.scope), self.index.imports)
 
     def _handed_callables(self, site: CallSite) -> list[tuple[cst.BaseExpression, str]]:
         """The functions and methods a call to code we cannot read hands over uncalled, to call

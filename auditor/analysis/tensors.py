@@ -90,6 +90,10 @@ _TENSOR_METHODS = frozenset({
     "new", "index", "index_fill", "index_fill_", "index_copy", "index_copy_", "index_put", "index_put_",
     "resize_", "resize_as_", "fill_diagonal_", "masked_scatter_", "sort", "max_pool2d",
 })
+# What following a parameter to its callers' arguments costs of the depth (`kind`'s bound): chains
+# of calls through parameters and return values stay short, two helpers deep at most (faster-rcnn's
+# `forward` -> `_sample_rois(gt_boxes)` -> `_get_bbox_regression_labels(labels_batch)`).
+_PARAMETER_HOP = 4
 # Tensor methods that read a shape or a value: they put nothing on the device.
 _SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "item", "tolist", "numpy", "stride"})
 # torch's dtypes (`torch.float16`): `.to(torch.float16)` converts, it does not move.
@@ -154,6 +158,7 @@ class TensorInference:
         self._busy: set[tuple[int, str]] = set()
         self._provisional: dict[tuple[int, str], Kind] = {}
         self._returns: dict[int, tuple[Kind, ...]] = {}
+        self._in_place: dict[int, bool] = {}  # id(function) -> it computes with torch alone (_computes_in_place)
         # Tensor-like names (`loss`, `output`) count as tensors, except while working out what a
         # function returns: a guess there would travel to every caller as if it were known.
         self._guess_from_names = True
@@ -337,10 +342,7 @@ class TensorInference:
     def _argument_kind(self, name: str, function, depth: int = 0) -> Kind:
         """What the call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor. The
         module's own call sites, and those of other modules of the project (project.py)."""
-        # Following a parameter to its arguments costs a third of the depth: chains of calls through
-        # parameters and return values stay short (two helpers deep: faster-rcnn's `forward` ->
-        # `_sample_rois(gt_boxes)` -> `_get_bbox_regression_labels(labels_batch)`).
-        depth += 4
+        depth += _PARAMETER_HOP
         kinds = [
             self.kind(argument, scope, depth) if argument is not None else Kind.UNKNOWN
             for argument, scope in self.arguments_for(name, function)
@@ -351,7 +353,7 @@ class TensorInference:
         """What the callers pass into `*inputs`, here and in other modules: the positional arguments
         past the named ones (`model.set_input(images, labels)` into `def set_input(self, *inputs)`:
         a loop over `inputs` walks the batch's tensors)."""
-        depth += 4
+        depth += _PARAMETER_HOP
         named = len(function.positional_params)
         kinds = []
         for site in function.call_sites[:8]:
@@ -792,16 +794,16 @@ class TensorInference:
         model, no call into other code)?"""
         if depth > 8 or any(arg.star for arg in call.args):
             return False
+        if not all(self._computes_in_place(function) for function in functions):
+            return False  # (asked first: once per function, where the arguments' kinds are per call)
         kinds = [self.kind(arg.value, scope, depth) for arg in call.args]
-        if Kind.HOST_TENSOR not in kinds or Kind.TENSOR in kinds:
-            return False
-        return all(self._computes_in_place(function) for function in functions)
+        return Kind.HOST_TENSOR in kinds and Kind.TENSOR not in kinds
 
     def _computes_in_place(self, function) -> bool:
-        key = (id(function), "<in place>")
-        if key not in self._returns:
-            self._returns[key] = all(self._keeps_device(site.call) for site in function.all_calls)
-        return self._returns[key]
+        key = id(function)
+        if key not in self._in_place:
+            self._in_place[key] = all(self._keeps_device(site.call) for site in function.all_calls)
+        return self._in_place[key]
 
     def _keeps_device(self, call: cst.Call) -> bool:
         """A call that leaves tensors where they are: a torch function without `device=`, a tensor
