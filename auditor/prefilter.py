@@ -119,6 +119,10 @@ _CUDA_HINT = re.compile(
 )
 
 
+# A loader setting assigned at the top of a module: `workers = 4`, `NUM_WORKERS = 8`, `pin_memory = True`.
+_LOADER_SETTING = re.compile(r"(?mi)^\w*(?:workers|pin_memory)\w*[ \t]*=[ \t]*(?:\d|True|False)")
+
+
 def may_contain_findings(
     text: str,
     *,
@@ -149,6 +153,8 @@ def may_contain_findings(
         return True
     if in_project and "add_argument" in text and "cuda" in text:
         return True  # a command line whose device defaults to CUDA (args.py): the project reads its defaults
+    if in_project and _LOADER_SETTING.search(text) is not None:
+        return True  # a settings module (config.py: `workers = 4`) that the loaders elsewhere read
     if _has_step_hint(text):
         return True
     # A `while True:` that fetches batches, or a loop over a name bound to a loader elsewhere in the

@@ -232,3 +232,31 @@ def test_the_scorers_count_each_related_line_as_found(monkeypatch, step_file):
     ]}
     blind.score_file(entry, findings, counts, show=False)
     assert (counts["SYNC"]["tp"], counts["SYNC"]["fp"], counts["SYNC"]["fn"]) == (2, 2, 1)
+
+
+EVALUATION = """\
+import torch
+model = Net().cuda()
+def test(model, loader):
+    model.eval()
+    for x, y in loader:
+        x = x.cuda(non_blocking=True)
+        edges = edge_model(x)
+        out = model(x, edges)
+"""
+
+
+def test_the_blind_scorer_matches_a_no_grad_label_anywhere_in_its_loop(monkeypatch, tmp_path):
+    # The guide does not say which line of an evaluation loop carries NOGRAD: a label on the loop's
+    # header and a finding on a forward pass in it name the same loop; with --lines-only they do not.
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks" / "precision"))
+    blind = load_scorer("score_blind")
+    (tmp_path / "test.py").write_text(EVALUATION)
+    findings = json.loads(run_cli("scan", "test.py", "--select", "LA501", "--output-format", "json", cwd=tmp_path).out)
+    assert [row for row, _ in load_scorer("score").reported_lines(findings)] == [7, 8]
+    entry = {"project": "p", "path": "test.py", "families": ["NOGRAD"], "labels": [{"line": 5, "family": "NOGRAD"}]}
+    by_loop, by_line = (collections.defaultdict(collections.Counter) for _ in range(2))
+    blind.score_file(entry, findings, by_loop, show=False, loop_at=blind.innermost_loops(EVALUATION))
+    blind.score_file(entry, findings, by_line, show=False)
+    assert dict(by_loop["NOGRAD"]) == {"tp": 1, "duplicate": 1}
+    assert dict(by_line["NOGRAD"]) == {"fp": 2, "fn": 1}

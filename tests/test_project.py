@@ -1031,7 +1031,8 @@ def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, mo
 def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
     """`is_library`: installed (site-packages/torch), a flat clone (timm/timm/), a src-layout clone
     (diffusers/src/diffusers/) and a clone in a folder named like a package all count; a user's own
-    package, in src/ or not, and a src/ that is itself a package do not."""
+    package, in src/ or not, a src/ that is itself a package, and a project's own folder named like a
+    library (melgan's datasets/) do not."""
     from loopaudit.analysis.project import ProjectLayout
 
     files = [
@@ -1041,6 +1042,9 @@ def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
         "diffusers/src/diffusers/models/unet.py", "diffusers/examples/train_unet.py",
         "mine/src/myproj/__init__.py", "mine/src/myproj/model.py", "mine/train.py",
         "odd/src/__init__.py", "odd/src/diffusers/__init__.py", "odd/src/diffusers/unet.py",
+        "hf/datasets/src/datasets/__init__.py", "hf/datasets/src/datasets/arrow_dataset.py",
+        "venv/site-packages/accelerate/__init__.py", "venv/site-packages/accelerate-1.0.dist-info/METADATA",
+        "peft/pyproject.toml", "peft/peft/__init__.py",
     ]
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -1052,7 +1056,16 @@ def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
         "timm/timm/__init__.py", "timm/timm/models/__init__.py", "timm/timm/models/resnet.py",
         "diffusers/src/diffusers/__init__.py", "diffusers/src/diffusers/models/__init__.py",
         "diffusers/src/diffusers/models/unet.py",
+        "hf/datasets/src/datasets/__init__.py", "hf/datasets/src/datasets/arrow_dataset.py",
+        "venv/site-packages/accelerate/__init__.py", "peft/peft/__init__.py",
     }
+    # A research repository's own datasets/ beside its scripts is what they import, not Hugging Face's.
+    own = ["melgan/datasets/dataloader.py", "melgan/trainer.py"]
+    for name in own:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    layout = ProjectLayout(str(tmp_path / name) for name in own)
+    assert not layout.is_library(str(tmp_path / own[0])) and "datasets" not in layout.libraries
 
 
 # A training script on CUDA whose model comes from somewhere the scan cannot follow.

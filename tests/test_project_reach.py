@@ -1143,6 +1143,136 @@ CASES = {
                 optimizer.step()
         """,
     },
+    "a project's own datasets/ package, not the library of that name; the loader wrapped in tqdm (melgan)": {
+        "datasets/dataloader.py": """
+            from torch.utils.data import DataLoader
+
+            def create_dataloader(hp, train):
+                dataset = MelFromDisk(hp, train)
+                return DataLoader(dataset=dataset, batch_size=16, shuffle=True, num_workers=4, pin_memory=True)  # expect: LA204
+        """,
+        "trainer.py": """
+            from datasets.dataloader import create_dataloader
+            from utils.train import train
+
+            trainloader = create_dataloader(hp, True)
+            train(hp, trainloader)
+        """,
+        "utils/train.py": """
+            import itertools
+            import tqdm
+
+            def train(hp, trainloader):
+                model_g = Generator().cuda()
+                for epoch in itertools.count(1):
+                    loader = tqdm.tqdm(trainloader, desc="Loading train data")
+                    for mel, audio in loader:
+                        mel = mel.cuda(non_blocking=True)
+                        loss = model_g(mel).mean()
+                        loss.backward()
+                        optimizer.step()
+        """,
+    },
+    "a worker count in a settings module, a loader read back from **kwargs (WS-DAN)": {
+        "config.py": """
+            GPU = '0'
+            workers = 4
+            epochs = 160
+            batch_size = 12
+        """,
+        "train.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            import config
+
+            def main():
+                train_loader, validate_loader = DataLoader(train_dataset, batch_size=config.batch_size, shuffle=True,  # expect: LA204
+                                                           num_workers=config.workers, pin_memory=True), \\
+                                                DataLoader(validate_dataset, batch_size=config.batch_size * 4,  # expect: LA204
+                                                           num_workers=config.workers, pin_memory=True)
+                net = WSDAN().to(torch.device("cuda"))
+                for epoch in range(config.epochs):
+                    train(data_loader=train_loader, net=net)
+                    validate(data_loader=validate_loader, net=net)
+
+            def train(**kwargs):
+                data_loader = kwargs['data_loader']
+                net = kwargs['net']
+                for i, (X, y) in enumerate(data_loader):
+                    X = X.to(torch.device("cuda"), non_blocking=True)
+                    net(X).sum().backward()
+                    optimizer.step()
+
+            def validate(**kwargs):
+                data_loader = kwargs.get('data_loader')
+                net = kwargs['net']
+                with torch.no_grad():
+                    for i, (X, y) in enumerate(data_loader):
+                        net(X.to(torch.device("cuda"), non_blocking=True))
+        """,
+    },
+    "a worker count declared as an absl flag (pytorch-ddpm)": {
+        "main.py": """
+            import torch
+            from absl import flags
+
+            FLAGS = flags.FLAGS
+            flags.DEFINE_integer('num_workers', 4, help='workers of Dataloader')
+            flags.DEFINE_bool('parallel', False, help='multi gpu training')
+
+            def train():
+                dataloader = torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True,  # expect: LA204
+                                                         num_workers=FLAGS.num_workers, pin_memory=True)
+                net = UNet().cuda()
+                for epoch in range(100):
+                    for x, _ in dataloader:
+                        net(x.cuda(non_blocking=True)).mean().backward()
+                        optimizer.step()
+        """,
+    },
+    "a loader a method makes, handed straight to a trainer that restarts its iterator (SAGAN)": {
+        "data_loader.py": """
+            import torch
+
+            class Data_Loader():
+                def __init__(self, path, batch_size):
+                    self.path, self.batch = path, batch_size
+
+                def loader(self):
+                    dataset = ImageFolder(self.path)
+                    loader = torch.utils.data.DataLoader(dataset=dataset, batch_size=self.batch, shuffle=True,  # expect: LA201, LA204
+                                                         num_workers=2, drop_last=True)
+                    return loader
+        """,
+        "main.py": """
+            from data_loader import Data_Loader
+            from trainer import Trainer
+
+            data_loader = Data_Loader(config.image_path, config.batch_size)
+            trainer = Trainer(data_loader.loader(), config)
+            trainer.train()
+        """,
+        "trainer.py": """
+            import torch
+
+            class Trainer(object):
+                def __init__(self, data_loader, config):
+                    self.data_loader = data_loader
+                    self.D = Discriminator().cuda()
+
+                def train(self):
+                    data_iter = iter(self.data_loader)
+                    for step in range(1000000):
+                        try:
+                            real_images, _ = next(data_iter)
+                        except StopIteration:
+                            data_iter = iter(self.data_loader)
+                            real_images, _ = next(data_iter)
+                        d_loss = self.D(real_images.cuda(non_blocking=True)).mean()
+                        d_loss.backward()
+                        self.d_optimizer.step()
+        """,
+    },
 }
 
 

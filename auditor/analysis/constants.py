@@ -159,6 +159,14 @@ def declared_defaults(at) -> dict:
         declare(key, value)
     for site in at.index.calls:
         call = site.call
+        flag = _absl_flag(call)
+        if flag is not None:
+            dest, default = flag  # `flags.DEFINE_integer('num_workers', 4, '...')`, read as `FLAGS.num_workers`
+            if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
+                declare(dest, default.evaluated_value)
+            else:
+                declare(dest, constant(default, at, depth=2) if default is not None else UNKNOWN)
+            continue
         if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_argument":
             continue
         options = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
@@ -179,6 +187,20 @@ def declared_defaults(at) -> dict:
     return defaults
 
 
+def _absl_flag(call: cst.Call) -> tuple[str, cst.BaseExpression | None] | None:
+    """(name, default) of an absl flag declaration: `flags.DEFINE_integer('num_workers', 4, 'help')`,
+    `DEFINE_bool(name='parallel', default=False, help=...)`."""
+    if not (terminal_name(call.func) or "").startswith("DEFINE_"):
+        return None
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    name = keywords.get("name", positional[0] if positional else None)
+    default = keywords.get("default", positional[1] if len(positional) > 1 else None)
+    if not isinstance(name, cst.SimpleString) or not isinstance(name.evaluated_value, str):
+        return None
+    return name.evaluated_value, default
+
+
 # What builds a configuration object: HParams, EasyDict, edict, dict, SimpleNamespace, AttrDict, CfgNode.
 _CONFIGURATION_MAKER = re.compile(r"(?i)param|conf|cfg|dict|namespace|args|option|opts|setting|^hp")
 
@@ -187,6 +209,7 @@ def _configuration_keys(at):
     """(key, value) of the module-level configuration objects: keyword arguments of a call bound to a
     name (`HParams(...)`, `EasyDict(...)`, `dict(...)`), string keys of a dict literal, and
     attribute paths set to a literal (`_C.DATA.PIN_MEMORY = True`)."""
+    settings_module = _is_settings_module(at.index.module)
     for statement in at.index.module.body:
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
@@ -194,7 +217,9 @@ def _configuration_keys(at):
             if not isinstance(small, cst.Assign) or len(small.targets) != 1:
                 continue
             target, value = small.targets[0].target, small.value
-            if isinstance(target, cst.Attribute):
+            if isinstance(target, cst.Name) and settings_module:
+                yield target.value, constant(value, at, depth=2)  # `workers = 4` in config.py
+            elif isinstance(target, cst.Attribute):
                 yield target.attr.value, constant(value, at, depth=2)
             elif isinstance(value, cst.Call) and _CONFIGURATION_MAKER.search(terminal_name(value.func) or ""):
                 for arg in value.args:
@@ -208,6 +233,17 @@ def _configuration_keys(at):
                             yield key, constant(element.value, at, depth=2)
 
 
+
+
+def _is_settings_module(module: cst.Module) -> bool:
+    """A module of settings only (WS-DAN's config.py: `workers = 4`, `epochs = 160`, read elsewhere as
+    `config.workers`): assignments and imports at the top level, no function, class or loop."""
+    assignments = 0
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        assignments += sum(1 for small in statement.body if isinstance(small, cst.Assign))
+    return assignments >= 3
 
 
 def setting_value(expr: cst.BaseExpression, at, depth: int = 0):

@@ -186,6 +186,15 @@ class LoopInfo:
     all_calls: list[CallSite] = field(default_factory=list)
 
 
+def loop_within(inner: LoopInfo | None, outer: LoopInfo) -> bool:
+    """Is `inner` the loop `outer` or one nested in it?"""
+    while inner is not None:
+        if inner is outer:
+            return True
+        inner = inner.parent_loop
+    return False
+
+
 @dataclass(eq=False, repr=False)
 class FunctionInfo:
     node: cst.FunctionDef

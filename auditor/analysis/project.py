@@ -388,6 +388,10 @@ def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
                 uses.add((element, trains, again))
             for trains, again in _returned_on(steps, site.scope, name):
                 uses.add((element, trains, again))  # mdistiller's get_dataset(cfg) passes its loaders on
+    for _, trains, again in steps.handed_uses(site.call):
+        # `Trainer(data_loader.loader(), config)`: the result handed straight to a step loop elsewhere
+        # (made anew at each pass when the handing call is itself in a loop)
+        uses.add((-1, trains, again and not steps.inside_loop(site.frame)))
     uses.update(steps.returned_call_uses(site.call, site.scope))
     return tuple(sorted(uses))
 
@@ -624,7 +628,7 @@ class ProjectLayout:
         if known is None:
             names = self.module_names(path)
             known = bool(names) and (
-                names[0].split(".", 1)[0] in LIBRARIES or self._package_name(path).split(".", 1)[0] in LIBRARIES
+                names[0].split(".", 1)[0] in self.libraries or self._package_name(path).split(".", 1)[0] in self.libraries
             )
             self._libraries[path] = known
         return known
@@ -641,6 +645,42 @@ class ProjectLayout:
                 break
             folder = parent
         return ".".join(reversed(parts))
+
+    @functools.cached_property
+    def libraries(self) -> frozenset[str]:
+        """The LIBRARIES this scan's project does not shadow. A research repository's own `datasets/`
+        folder (or `datasets.py`) beside its scripts is what `from datasets.loader import ...` imports
+        there: Python puts the script's folder first on sys.path. A library's own sources keep their
+        name: they sit in site-packages or a `src/` folder, beside their distribution's metadata, or
+        at the top of a checkout with its packaging files or named after them (a clone of
+        pytorch-image-models' `timm/`)."""
+        shadowed = set()
+        for path in self.paths:
+            folder, name = os.path.dirname(path), os.path.basename(path)[:-3]
+            while True:  # the file itself, then each folder above it, up to the scanned folder's top
+                if name in LIBRARIES and name not in shadowed and self._top_level_of_project(folder, name):
+                    shadowed.add(name)
+                if not folder.startswith(self.scanned_root) or folder == self.scanned_root:
+                    break
+                folder, name = os.path.dirname(folder), os.path.basename(folder)
+        return LIBRARIES - shadowed
+
+    def _top_level_of_project(self, folder: str, name: str) -> bool:
+        """Is `folder/name` a top-level module or package of a project rather than a library's own?"""
+        if self._is_package(folder) or os.path.basename(folder) in ("src", "site-packages", "dist-packages", name):
+            return False  # (`timm/timm/`: a clone of the library, in a folder named after it)
+        packaging = ("setup.py", "setup.cfg", "pyproject.toml", "PKG-INFO")
+        try:
+            beside = os.listdir(folder)
+            inside = os.listdir(os.path.join(folder, name)) if os.path.isdir(os.path.join(folder, name)) else []
+        except OSError:
+            return False
+        if any(entry in packaging or (entry.startswith(name) and entry.endswith((".dist-info", ".egg-info"))) for entry in beside):
+            return False
+        # A checkout of the library named after it (`diffusers/src/diffusers/`, `peft/peft/`), not a package
+        return not any(entry in packaging or entry == name for entry in inside) and not (
+            "src" in inside and os.path.isdir(os.path.join(folder, name, "src", name))
+        )
 
     def _is_package(self, folder: str) -> bool:
         known = self._packages_on_disk.get(folder)
@@ -715,7 +755,7 @@ class ProjectLayout:
         """First parts of the module names a call may enter. A library scanned together with its
         users (torch's own sources, whose tests call into torch) stays a library: its internals are
         not the project's steps."""
-        return frozenset(name.split(".", 1)[0] for name in self._by_name) - LIBRARIES
+        return frozenset(name.split(".", 1)[0] for name in self._by_name) - self.libraries
 
     def resolve(self, importer: str, target: str) -> tuple[str, str] | None:
         """(file, qualname in it) for a call target, or None when it is not in the project."""
@@ -728,7 +768,7 @@ class ProjectLayout:
         return self._resolved[key]
 
     def _resolve(self, importer: str, target: str) -> tuple[str, str] | None:
-        if target.split(".", 1)[0] in LIBRARIES:
+        if target.split(".", 1)[0] in self.libraries:
             return None
         if target.startswith("@"):
             file, _, qualname = target[1:].rpartition(":")

@@ -25,6 +25,7 @@ import libcst as cst
 
 from .module_index import (
     Binding, CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope, argument_at, argument_for,
+    loop_within,
 )
 from .options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
 from .project import ProjectFacts
@@ -1086,8 +1087,16 @@ class StepModel:
             if not self.is_step_loop(loop):
                 continue
             for expr in drawn_from(loop):
-                if isinstance(expr, cst.Name) and expr.value in function.scope.params and expr.value not in function.scope.assignments:
-                    note(expr.value, loop)
+                if not isinstance(expr, cst.Name):
+                    continue
+                if expr.value in function.scope.params:
+                    if expr.value not in function.scope.assignments:
+                        note(expr.value, loop)
+                    continue
+                # `loader = tqdm.tqdm(trainloader)`, `it = iter(data_loader)`: a local name wrapping one
+                for param in function.scope.params:
+                    if param not in function.scope.assignments and self._refers_to(expr, param, function.scope, loop.scope, 1):
+                        note(param, loop)
         cls = function.class_info
         if function.name == "__init__" and cls is not None:
             # `Solver(celeba_loader, ...)` keeps the loader (`self.celeba_loader = celeba_loader`) for a
@@ -1110,11 +1119,21 @@ class StepModel:
         function of another module whose step loop iterates it (DeiT's `train_one_epoch(model, criterion,
         data_loader_train, ...)`), each with whether that loop trains."""
         bound = self.bound_name(value)
-        return [(site, trains) for site, trains, _ in self._remote_uses(*bound)] if bound is not None else []
+        if bound is None:  # `train(model, DataLoader(...))`, handed over as it is made
+            return [(site, trains) for site, trains, _ in self.handed_uses(value)]
+        return [(site, trains) for site, trains, _ in self._remote_uses(*bound)]
+
+    def handed_uses(self, value: cst.BaseExpression) -> list[tuple[CallSite, bool, bool]]:
+        """`_remote_uses` of a value passed straight to another module's function or class, unnamed:
+        `Trainer(data_loader.loader(), config)` (SAGAN)."""
+        return self._remote_uses_of(lambda argument, where: argument is value)
 
     def _remote_uses(self, name: str, scope: Scope) -> list[tuple[CallSite, bool, bool]]:
         """(call site, trains, again) for the calls handing what `name` holds to another module's
         function whose step loop iterates it (again: that function iterates it once per epoch)."""
+        return self._remote_uses_of(lambda argument, where: self.refers_to(argument, name, scope, where))
+
+    def _remote_uses_of(self, is_ours) -> list[tuple[CallSite, bool, bool]]:
         if self.facts is None or not self.facts.iterates:
             return []
         wanted: dict[str, list[tuple[str, int, bool, bool]]] = {}
@@ -1124,7 +1143,7 @@ class StepModel:
         for site in self.index.calls:
             for param, position, trains, again in (w for t in self.external_targets(site) for w in wanted.get(t, ())):
                 argument = argument_at(site.call, param, position)
-                if argument is not None and self.refers_to(argument, name, scope, site.scope):
+                if argument is not None and is_ours(argument, site.scope):
                     found.append((site, trains, again))
         return found
 
@@ -1425,20 +1444,32 @@ class StepModel:
             for b in bindings
         ):
             return True
+        if depth < 3 and owner.function is not None and (keys := {k for b in bindings if (k := _keyword_read(b, owner.function))}):
+            # `def train(**kwargs): data_loader = kwargs['data_loader']` (WS-DAN): the keyword argument
+            # of that name at each call site
+            function = self.function_info(owner.function)
+            for site in self._sites_of(function)[:8] if function is not None else ():
+                for arg in site.call.args:
+                    if arg.keyword is not None and arg.keyword.value in keys and self._refers_to(arg.value, name, scope, site.scope, depth + 1):
+                        return True
         if depth < 3 and expr.value in owner.params and owner.function is not None:
             # a parameter (perhaps rebound later, `loader = sample_data(loader)`, but read as passed first):
             # does any call site pass our name for it?
             function = self.function_info(owner.function)
             if function is None:
                 return False
-            sites = function.call_sites
-            if function.name == "__init__" and function.class_info is not None:
-                sites = [*sites, *self._constructions(function.class_info)]  # `Trainer(data_loader=loader)`
-            for site in sites[:8]:
+            for site in self._sites_of(function)[:8]:
                 argument = argument_for(function, expr.value, site.call)
                 if argument is not None and self._refers_to(argument, name, scope, site.scope, depth + 1):
                     return True
         return False
+
+    def _sites_of(self, function: FunctionInfo) -> list[CallSite]:
+        """The calls of `function` in this module; for `__init__`, its class's constructions too
+        (`Trainer(data_loader=loader)`)."""
+        if function.name == "__init__" and function.class_info is not None:
+            return [*function.call_sites, *self._constructions(function.class_info)]
+        return list(function.call_sites)
 
     def _returned_by(self, binding: Binding, name: str, scope: Scope, depth: int) -> bool:
         """`train_loader, valset = prepare_dataloaders(hp)` where prepare_dataloaders, a function of
@@ -1458,8 +1489,13 @@ class StepModel:
         return False
 
     def in_epoch_loop(self, loop: LoopInfo) -> bool:
-        """Is this loop run again and again: inside another loop, or in a function called from one?"""
-        return self._inside_loop(loop.frame.parent, frozenset())
+        """Does this loop iterate its loader again and again: inside another loop, or in a function
+        called from one, or restarting the iterator it draws from itself?"""
+        return self._inside_loop(loop.frame.parent, frozenset()) or restarts_iterator(loop)
+
+    def inside_loop(self, frame: Frame | None) -> bool:
+        """Does code at `frame` run again and again: in a loop, or in a function called from one?"""
+        return self._inside_loop(frame, frozenset())
 
     def _inside_loop(self, frame: Frame | None, seen: frozenset) -> bool:
         while frame is not None:
@@ -1800,6 +1836,47 @@ def looks_like_class(name: str) -> bool:
     if not name[:1].isupper() or re.search(r"_[a-z]", name) is not None:
         return False
     return any(c.islower() for c in name) or (len(name) > 1 and "_" not in name)
+
+
+def restarts_iterator(loop: LoopInfo) -> bool:
+    """Does the loop draw batches with `next(it)` and make `it = iter(loader)` again in its own body
+    when the loader runs out (SAGAN's `except StopIteration: data_iter = iter(self.data_loader)`)?
+    Each restart is a new pass over the loader: an epoch."""
+    for site in loop.direct_calls:
+        iterator = next_of(site.call, site.scope)
+        if isinstance(iterator, cst.Name):
+            found = site.scope.lookup(iterator.value)
+            bindings = found[0] if found else []
+        elif isinstance(iterator, cst.Attribute) and stored_name(iterator) is not None and site.scope.owner_class is not None:
+            bindings = site.scope.owner_class.attributes.get(iterator.attr.value, [])
+        else:
+            continue
+        if any(
+            b.kind == "value" and isinstance(b.value, cst.Call) and terminal_name(b.value.func) == "iter"
+            and loop_within(b.loop, loop)
+            for b in bindings
+        ):
+            return True
+    return False
+
+
+def _keyword_read(binding: Binding, function: cst.FunctionDef) -> str | None:
+    """"data_loader" for a name bound to `kwargs['data_loader']` or `kwargs.get('data_loader')`, where
+    `kwargs` is the function's `**` parameter: a keyword argument its callers pass."""
+    star = function.params.star_kwarg
+    value = binding.value
+    if star is None or binding.kind != "value":
+        return None
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("get", "pop") and value.args:
+        holder, key = value.func.value, value.args[0].value
+    elif isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
+        holder, key = value.value, value.slice[0].slice.value
+    else:
+        return None
+    if not (isinstance(holder, cst.Name) and holder.value == star.name.value and isinstance(key, cst.SimpleString)):
+        return None
+    text = key.evaluated_value
+    return text if isinstance(text, str) else None
 
 
 def drawn_from(loop: LoopInfo) -> list[cst.BaseExpression]:

@@ -18,7 +18,7 @@ import re
 
 import libcst as cst
 
-from .module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, named_param
+from .module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, loop_within, named_param
 from .names import dotted_name, terminal_name
 from .patterns import calls_a_model, next_of, param_default, unwrap_iterable
 from .stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
@@ -427,10 +427,10 @@ class TensorInference:
         # A loop between that binding and the read carries its own later bindings round to the read.
         between = []
         loop = read_loop
-        while loop is not None and not _within(last.loop, loop):
+        while loop is not None and not loop_within(last.loop, loop):
             between.append(loop)
             loop = loop.parent_loop
-        carried = [b for b in bindings if b.order > order and any(_within(b.loop, around) for around in between)]
+        carried = [b for b in bindings if b.order > order and any(loop_within(b.loop, around) for around in between)]
         return seen + carried
 
     def _not_later(self, name: cst.Name, bindings: list[Binding]) -> list[Binding]:
@@ -541,7 +541,7 @@ class TensorInference:
             loop = loop.parent_loop
         if loop is None:
             return bindings
-        return [b for b in bindings if _within(b.loop, loop)]
+        return [b for b in bindings if loop_within(b.loop, loop)]
 
     def _binding_kind(self, binding: Binding, depth: int) -> Kind:
         saved = self._where, self._reading
@@ -566,7 +566,7 @@ class TensorInference:
             return bindings
         if reading.loop is None:
             return earlier
-        return [b for b in earlier if _within(b.loop, reading.loop)]
+        return [b for b in earlier if loop_within(b.loop, reading.loop)]
 
     def _binding_value_kind(self, binding: Binding, depth: int) -> Kind:
         value, scope = binding.value, binding.scope
@@ -998,14 +998,6 @@ def _is_shape(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.Attribute):
         return expr.attr.value == "shape"
     return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and not expr.args
-
-
-def _within(inner: LoopInfo | None, outer: LoopInfo) -> bool:
-    while inner is not None:
-        if inner is outer:
-            return True
-        inner = inner.parent_loop
-    return False
 
 
 def _merge(kinds: list[Kind]) -> Kind:

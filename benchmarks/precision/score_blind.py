@@ -16,15 +16,20 @@ may be reported at its first line and labelled at another):
   positive, like any finding that matches no label;
 - findings of families the file's labeller did not look for (`families`) are not scored;
 - a finding that stands for several lines (its `related` places) scores at each of them, as the
-  findings it groups would (score.reported_lines).
+  findings it groups would (score.reported_lines);
+- NOGRAD is a property of an evaluation loop, and the guide does not say which line of the loop
+  carries it: labellers put it on the loop's header or on a forward pass in it. A NOGRAD finding
+  and label also match when the innermost loop around each is the same loop (`--lines-only`
+  turns this off: the one-line rule alone, as sets were scored before 2026-11-27).
 
     python benchmarks/precision/score_blind.py LABELS.json PROJECTS_DIR [--projects a,b] [--show]
-        [--python PATH]
+        [--python PATH] [--lines-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import json
 import subprocess
@@ -59,8 +64,31 @@ def scan_project(folder: Path, python: str) -> list[dict]:
     return findings
 
 
-def score_file(entry: dict, findings: list[dict], counts: dict, show: bool) -> None:
-    """Match one labelled file's findings against its labels, adding to `counts[family]`."""
+# Families whose labels name a loop rather than a line (see the module's docstring).
+LOOP_FAMILIES = frozenset({"NOGRAD"})
+
+
+def innermost_loops(source: str) -> dict[int, int]:
+    """Line -> the first line of the innermost `for`/`while` loop around it (its header included)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    spans = sorted(
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree) if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+    )
+    loop_at: dict[int, int] = {}
+    for start, end in spans:  # outer loops first, so inner ones overwrite their lines
+        for line in range(start, end + 1):
+            loop_at[line] = start
+    return loop_at
+
+
+def score_file(entry: dict, findings: list[dict], counts: dict, show: bool, loop_at: dict[int, int] | None = None) -> None:
+    """Match one labelled file's findings against its labels, adding to `counts[family]`. `loop_at`
+    (innermost_loops of the file) lets a loop family's finding and label meet anywhere in one loop."""
+    loop_at = loop_at or {}
     looked_for = set(entry.get("families") or FAMILY_OF_CODE.values())
     where = f"{entry['project']}/{entry['path']}"
     wanted, uncertain, periodic = [], [], []
@@ -74,8 +102,11 @@ def score_file(entry: dict, findings: list[dict], counts: dict, show: bool) -> N
             wanted.append(place)
     unmatched = list(wanted)
 
+    def same_loop(family, line, row):
+        return family in LOOP_FAMILIES and loop_at.get(line) is not None and loop_at.get(line) == loop_at.get(row)
+
     def near(places, family, row):
-        return next((p for p in places if p[0] == family and abs(p[1] - row) <= 1), None)
+        return next((p for p in places if p[0] == family and (abs(p[1] - row) <= 1 or same_loop(family, p[1], row))), None)
 
     for row, finding in reported_lines(findings):
         family = FAMILY_OF_CODE.get(finding["code"])
@@ -100,7 +131,7 @@ def score_file(entry: dict, findings: list[dict], counts: dict, show: bool) -> N
             print(f"FN {where}:{line} {family}")
 
 
-def score(labels: list[dict], projects_dir: Path, only: set[str] | None, show: bool, python: str) -> dict:
+def score(labels: list[dict], projects_dir: Path, only: set[str] | None, show: bool, python: str, by_loop: bool = True) -> dict:
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     by_project: dict[str, list[dict]] = collections.defaultdict(list)
     for entry in labels:
@@ -114,7 +145,10 @@ def score(labels: list[dict], projects_dir: Path, only: set[str] | None, show: b
         for finding in scan_project(folder, python):
             by_file[finding["filename"]].append(finding)
         for entry in entries:
-            score_file(entry, by_file.get(entry["path"], []), counts, show)
+            path = folder / entry["path"]
+            loops = by_loop and any(label["family"] in LOOP_FAMILIES for label in entry["labels"]) and path.is_file()
+            loop_at = innermost_loops(path.read_text(errors="replace")) if loops else None
+            score_file(entry, by_file.get(entry["path"], []), counts, show, loop_at)
     return counts
 
 
@@ -125,9 +159,11 @@ def main() -> None:
     parser.add_argument("--projects", dest="only", help="comma-separated project names to score")
     parser.add_argument("--show", action="store_true", help="list every false positive and miss")
     parser.add_argument("--python", default=sys.executable, help="the interpreter whose loopaudit is scored")
+    parser.add_argument("--lines-only", action="store_true", help="match NOGRAD by line alone, not by loop")
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
-    print_table(score(json.loads(args.labels.read_text()), args.projects, only, args.show, args.python), 14)
+    counts = score(json.loads(args.labels.read_text()), args.projects, only, args.show, args.python, not args.lines_only)
+    print_table(counts, 14)
 
 
 if __name__ == "__main__":

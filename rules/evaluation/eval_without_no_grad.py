@@ -151,6 +151,24 @@ class EvalWithoutNoGrad(Rule):
         "    obs, reward, done, _ = env.step(agent.act(obs))\n"
         "    env.step(agent.greedy(obs))\n"
         "    agent.update(reward)\n",
+        # PPO's `evaluate(states, actions)` scores stored actions for the loss its caller backpropagates.
+        "import torch\n"
+        "class ActorCritic(torch.nn.Module):\n"
+        "    def evaluate(self, state, action):\n"
+        "        dist = Categorical(self.actor(state))\n"
+        "        return dist.log_prob(action), self.critic(state), dist.entropy()\n"
+        "class PPO:\n"
+        "    def __init__(self):\n"
+        "        self.policy = ActorCritic().cuda()\n"
+        "    def update(self, states, actions, advantages):\n"
+        "        for _ in range(80):\n"
+        "            logprobs, values, entropy = self.policy.evaluate(states, actions)\n"
+        "            loss = -(logprobs * advantages).mean() - 0.01 * entropy.mean()\n"
+        "            loss.backward()\n"
+        "            self.optimizer.step()\n"
+        "ppo = PPO()\n"
+        "for episode in range(1000):\n"
+        "    ppo.update(*buffer.sample())\n",
         # Lightning runs validation_step under no_grad itself.
         "import torch\n"
         "import lightning as L\n"
@@ -267,7 +285,7 @@ def _evaluation_in_step(call: cst.Call, ctx):
     function = frame.function if frame is not None else None
     if function is None or _in_framework_code(function, ctx):
         return
-    named = _EVAL_FUNCTION.match(function.name) is not None
+    named = _EVAL_FUNCTION.match(function.name) is not None and not _feeds_training(function, ctx)
     before, after = _training_around(call, function.node, ctx)
     # An agent's `act(obs)`: the output leaves autograd at once, handed back as NumPy or Python values.
     acts = not before and not after and _hands_back_host_values(function, ctx) and _keeps_nothing(function.node)
@@ -307,6 +325,34 @@ def _training_around(call: cst.Call, root, ctx) -> tuple[bool, bool]:
             else:
                 before = True
     return before, after
+
+
+def _feeds_training(function, ctx) -> bool:
+    """Is what the function computes trained on: a caller keeps its result and backpropagates after
+    it, on every pass? PPO's `ActorCritic.evaluate(states, actions)` scores the stored actions for
+    the policy loss; the name says evaluate, the caller's `loss.backward()` says training. (An
+    `evaluate()` under `if step % N == 0:` before the step's backward is still an evaluation.)"""
+    for site in function.call_sites[:8]:
+        caller = site.scope.function
+        if caller is None or not _result_kept(site) or _guarded(site.frame):
+            continue
+        if _training_around(site.call, caller, ctx)[1]:
+            return True
+    return False
+
+
+def _result_kept(site) -> bool:
+    """Is the call's result bound to a name (`logprobs, values, entropy = policy.evaluate(...)`)?"""
+    return any(b.value is site.call for bindings in site.scope.assignments.values() for b in bindings)
+
+
+def _guarded(frame) -> bool:
+    """Does the code at `frame` run only now and then, or only on some arm (up to its function)?"""
+    while frame is not None and frame.kind is not FrameKind.FUNCTION:
+        if frame.kind in (FrameKind.PERIODIC, FrameKind.RARE, FrameKind.DEFERRED):
+            return True
+        frame = frame.parent
+    return False
 
 
 def _hands_back_host_values(function, ctx) -> bool:
@@ -373,7 +419,7 @@ def _evaluates(loop, ctx) -> str | None:
     if function is not None and _in_framework_code(function, ctx):
         return None
     root = function.node if function else ctx.index.module
-    named = function is not None and _EVAL_FUNCTION.match(function.name) is not None
+    named = function is not None and _EVAL_FUNCTION.match(function.name) is not None and not _feeds_training(function, ctx)
     if not named and not _after_eval_mode(loop.node, root, ctx):
         return None
     if not _forwards(loop, ctx) or _needs_gradients(loop, ctx) or _grad_disabled_by_call(root, ctx):
