@@ -1273,6 +1273,30 @@ CASES = {
                         self.d_optimizer.step()
         """,
     },
+    "a batch handed on as `*items` to a method that moves each element (edge-connect)": {
+        "edge_connect.py": """
+            import torch
+            from torch.utils.data import DataLoader
+
+            class EdgeConnect():
+                def __init__(self, config):
+                    self.config = config
+                    self.edge_model = EdgeModel(config).to(config.DEVICE)
+
+                def train(self):
+                    train_loader = DataLoader(dataset=self.train_dataset, batch_size=8, num_workers=4,
+                                              pin_memory=True, persistent_workers=True)
+                    for epoch in range(100):
+                        for items in train_loader:
+                            images, edges, masks = self.cuda(*items)
+                            loss = self.edge_model(images, edges, masks).mean()
+                            loss.backward()
+                            self.optimizer.step()
+
+                def cuda(self, *args):
+                    return (item.to(self.config.DEVICE) for item in args)  # expect: LA202
+        """,
+    },
 }
 
 

@@ -499,6 +499,20 @@ CASES = {
                 save(fn(batch_size))
         sample_all(50000, 500, sample_fn)
         """,
+    "an update loop that counts to one runs within the environment step around it (CURL)": """
+        import torch
+        agent = Agent().cuda()
+        for step in range(num_train_steps):
+            action = agent.act(obs).item()  # per-step
+            if step >= init_steps:
+                num_updates = 1
+                for _ in range(num_updates):
+                    loss = agent.loss(replay_buffer.sample())
+                    loss.backward()
+                    optimizer.step()
+                    print(loss.item())  # per-step
+            obs, reward, done, _ = env.step(action)
+        """,
 }
 
 

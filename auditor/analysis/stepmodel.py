@@ -869,8 +869,8 @@ class StepModel:
         return answer
 
     def _decide_step_loop(self, loop: LoopInfo) -> bool:
-        if runs_once(loop.node):
-            return False  # its body always leaves the loop: it runs once, not once per step
+        if runs_once(loop.node) or _counts_to_one(loop):
+            return False  # its body runs once (it always leaves the loop, or counts to one), not once per step
         if self._accumulates_gradients(loop):
             return False  # micro-steps of one step: the optimizer steps once, after the loop
         if loop.trains_directly or any(self.trains(f) for site in loop.direct_calls for f in self.resolve(site)):
@@ -1836,6 +1836,21 @@ def looks_like_class(name: str) -> bool:
     if not name[:1].isupper() or re.search(r"_[a-z]", name) is not None:
         return False
     return any(c.islower() for c in name) or (len(name) > 1 and "_" not in name)
+
+
+def _counts_to_one(loop: LoopInfo) -> bool:
+    """`num_updates = 1` ... `for _ in range(num_updates):` (CURL's update loop, one update per
+    environment step): a count the code sets to one runs its body once, as part of the loop around it."""
+    counted = counted_range(loop)
+    if counted is None or terminal_name(counted.func) != "range" or len(counted.args) != 1 or counted.args[0].star:
+        return False
+    count = counted.args[0].value
+    if isinstance(count, cst.Name):
+        found = loop.scope.lookup(count.value)
+        if not found or not found[0] or count.value in found[1].params:
+            return False
+        return all(b.kind == "value" and literal(b.value) == 1 for b in found[0])
+    return literal(count) == 1
 
 
 def restarts_iterator(loop: LoopInfo) -> bool:

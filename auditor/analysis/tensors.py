@@ -358,9 +358,14 @@ class TensorInference:
         kinds = []
         for site in function.call_sites[:8]:
             positional = [arg for arg in site.call.args if arg.keyword is None]
-            if self.steps.calls_partial(site) or any(arg.star for arg in positional):
+            if self.steps.calls_partial(site):
                 kinds.append(Kind.UNKNOWN)
                 continue
+            starred = [arg for arg in positional if arg.star == "*"]
+            if starred:
+                # `self.cuda(*items)` of a batch: the batch's elements, whichever parameters they fill
+                kinds.extend(self.kind(arg.value, site.scope, depth) for arg in starred)
+                positional = [arg for arg in positional if not arg.star]
             kinds.extend(self.kind(arg.value, site.scope, depth) for arg in positional[named:])
         facts = self.steps.facts
         if facts is not None:
