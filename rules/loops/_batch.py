@@ -220,17 +220,21 @@ def unwrap_enumerate(iterable: cst.BaseExpression, targets: cst.BaseExpression):
 
 def is_recurrence(loop: cst.For | cst.While) -> bool:
     """Does an iteration read what the previous one assigned: `h = cell(x[t], h)`,
-    `hx, cx = rnn(x[i], (hx, cx))`? Reductions (`total = total + y`, `loss += ...`) are not."""
+    `hx, cx = rnn(x[i], (hx, cx))`? Reductions (`total = total + y`, `loss += ...`) are not, nor a
+    name the same iteration assigned first (`w = x[i].sum(); w = normalize(w)`)."""
+    earlier: set[str] = set()  # assigned by this iteration before the statement at hand
     for node in body_nodes(loop):
         if not isinstance(node, cst.Assign):
             continue
         assigned = {name for target in node.targets for name in target_names(target.target)}
-        if not assigned & names_in(node.value):
+        carried = assigned & names_in(node.value) - earlier
+        earlier |= assigned
+        if not carried:
             continue
         value = node.value
         if isinstance(value, cst.BinaryOperation) and (
-            (isinstance(value.right, cst.Name) and value.right.value in assigned)
-            or _leftmost(value) in assigned
+            (isinstance(value.right, cst.Name) and value.right.value in carried)
+            or _leftmost(value) in carried
         ):
             continue  # total = total + x, loss = loss + a * b + c
         return True

@@ -185,6 +185,19 @@ class PerSampleLoop(Rule):
         "            correct += (preds[j] == targets[j].cuda()).item()\n"
         "        for p, t in zip(preds, targets):  # expect: LA301\n"
         "            per_class[t.item()] += (p == t.cuda()).item()\n",
+        # A name the same iteration assigns and then rebinds is no recurrence (WS-DAN's attention crops).
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "model.cuda()\n"
+        "for x, y in train_loader:\n"
+        "    maps = model(x.cuda(non_blocking=True))\n"
+        "    picked = []\n"
+        "    for i in range(x.size(0)):  # expect: LA301\n"
+        "        weights = maps[i].sum(dim=(1, 2))\n"
+        "        weights = F.normalize(weights, p=1, dim=0)\n"
+        "        picked.append(maps[i, weights.argmax()])\n"
+        "    criterion(torch.stack(picked), y.cuda(non_blocking=True)).backward()\n"
+        "    optimizer.step()\n",
     )
 
     node_types = (cst.For,)
