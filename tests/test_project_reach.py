@@ -465,7 +465,7 @@ CASES = {
                     feats = []
                     for i in range(0, len(frames), batch_size):
                         batch = torch.cat(frames[i:i + batch_size], 0)
-                        out = self.net.forward_lip(batch.cuda())
+                        out = self.net.forward_lip(batch.cuda())  # expect: LA501
                         feats.append(out.cpu())  # expect: LA102
                     return feats
         """,

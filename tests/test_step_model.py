@@ -513,6 +513,36 @@ CASES = {
                     print(loss.item())  # per-step
             obs, reward, done, _ = env.step(action)
         """,
+    "a batch the iteration moves later is on the host before the move (XLM's asserts before to_cuda)": """
+        import torch
+        model = Net().cuda()
+        for batch in get_iterator("train"):
+            x, lengths = batch
+            assert lengths.max().item() <= 512
+            x, lengths = to_cuda(x, lengths)
+            loss = model(x, lengths).mean()
+            loss.backward()
+            optimizer.step()
+            print(loss.item())  # per-step
+        """,
+    "an evaluation function's walk over users that runs the model's predict (SASRec)": """
+        import torch
+        import numpy as np
+        model = SASRec().cuda()
+        def evaluate(model, users):
+            hits = 0
+            for u in users:
+                predictions = -model.predict(np.array([u]), np.array(history[u]))
+                rank = predictions.argsort().argsort()[0].item()  # per-step
+                hits += rank < 10
+            return hits
+        for epoch in range(200):
+            for x, y in loader:
+                model(x.cuda(non_blocking=True)).mean().backward()
+                optimizer.step()
+            if epoch % 20 == 0:
+                evaluate(model, users)
+        """,
 }
 
 
@@ -620,3 +650,36 @@ def test_fields_of_a_batch_object_moved_to_the_device_are_device_tensors():
                 pass
     """).lstrip("\n")
     assert findings_of(source, "LA105") == [(7, "LA105")]
+
+
+def test_a_value_the_iteration_moves_later_is_on_the_host_until_then():
+    # XLM's evaluators: `lengths` comes from the project's own iterator (its kind unknown) and is
+    # moved with `to_cuda(...)` further down the body, so before that line it is a host tensor.
+    import libcst as cst
+
+    from loopaudit.analysis.module_index import build_index
+    from loopaudit.analysis.stepmodel import StepModel
+    from loopaudit.analysis.tensors import Kind, TensorInference
+
+    source = textwrap.dedent("""
+        import torch
+        model = Net().cuda()
+        class Evaluator:
+            def run(self):
+                for batch in self.get_iterator("valid"):
+                    x, lengths = batch
+                    n = lengths.max()
+                    x, lengths = to_cuda(x, lengths)
+                    loss = model(x, lengths).mean()
+                    m = lengths.max()
+                    print(loss.item())
+    """).lstrip("\n")
+    module = cst.parse_module(source)
+    index = build_index(module, (cst.Call,))
+    tensors = TensorInference(index, StepModel(index))
+    before, after = (
+        (site.call.func.value, site.scope) for site in index.calls
+        if isinstance(site.call.func, cst.Attribute) and site.call.func.attr.value == "max"
+    )
+    assert tensors.kind(*before) is Kind.HOST_TENSOR
+    assert tensors.kind(*after) is Kind.UNKNOWN

@@ -17,15 +17,19 @@ keeps it so.
 from .constants import UNKNOWN, command_line_default, constant, counts_cpus
 from .module_index import FrameKind, LoopInfo, ModuleIndex, Scope
 from .names import dotted_name, target_names, terminal_name
-from .patterns import BATCH_FETCH, FORWARD_CALLEE, is_training_call, next_of, type_test, unwrap_iterable
+from .patterns import (
+    BATCH_FETCH, EVALUATION_FUNCTION, FORWARD_CALLEE, is_inference_method, is_training_call, next_of, runs_a_model, type_test,
+    unwrap_iterable,
+)
 from .stepmodel import StepModel, argument_for, drawn_from
 from .tensors import Kind, TensorInference
 from .walk import holds, iter_subtree
 
 __all__ = [
-    "BATCH_FETCH", "FORWARD_CALLEE", "UNKNOWN", "FrameKind", "Kind", "LoopInfo", "ModuleIndex", "Scope",
+    "BATCH_FETCH", "EVALUATION_FUNCTION", "FORWARD_CALLEE", "UNKNOWN", "FrameKind", "Kind", "LoopInfo", "ModuleIndex", "Scope",
     "StepModel", "TensorInference", "argument_for", "command_line_default", "constant", "counts_cpus",
-    "dotted_name", "drawn_from", "holds", "is_training_call", "iter_subtree", "next_of", "target_names", "terminal_name",
+    "dotted_name", "drawn_from", "holds", "is_inference_method", "is_training_call", "iter_subtree", "next_of", "runs_a_model", "target_names",
+    "terminal_name",
     "type_test",
     "unwrap_iterable",
 ]

@@ -50,6 +50,36 @@ def calls_a_model(name: str) -> bool:
     return bool(FORWARD_CALLEE.search(name)) and not _MAKES_A_MODEL.match(name)
 
 
+# Methods that run a model other than through its forward: `model.predict(...)`, `model.encode(img)`.
+_INFERENCE_METHODS = frozenset({"predict", "inference", "infer", "encode", "decode", "generate", "reconstruct"})
+# Receivers whose `encode`/`decode` turn text or labels into ids and back: a tokenizer, a CTC decoder.
+_CODER = re.compile(r"(?i)((^|_)(en|de)coder$|^(enc|dec)$|token)")
+
+
+def is_inference_method(method: str) -> bool:
+    return method in _INFERENCE_METHODS
+
+
+def runs_a_model(call: cst.Call) -> bool:
+    """`model(x)`, `self.net(x)`, or an inference method called on a model: `model.predict(u, seq)`,
+    `self.netG.inference(label)`, `model.encode(img)` (not `decoder.decode(out, sizes)`, a CTC decoder's)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _INFERENCE_METHODS:
+        receiver = terminal_name(func.value) or ""
+        if func.attr.value in ("encode", "decode") and _CODER.search(receiver):
+            return False
+        return calls_a_model(receiver)
+    return calls_a_model(terminal_name(func) or "")
+
+
+# Functions that evaluate: `evaluate`, `validate`, `test`, `eval_epoch`, `run_validation`, nanoGPT's
+# `estimate_loss`. Not pytest's `test_*` functions, which test code rather than a model.
+EVALUATION_FUNCTION = re.compile(
+    r"(?i)^_?(run_)?(val|valid|validate|validation|eval|evaluate|evaluation|test|testing|estimate_loss)"
+    r"(_(one_)?(epoch|model|loop|loss|accuracy|step))?$|^_?(eval|evaluate|validate)_\w+$"
+)
+
+
 BATCH_FETCH = re.compile(r"(?i)^(next|get_batch|get_batches|sample_batch|next_batch|fetch_batch|load_batch)$")
 _EPOCH = re.compile(r"(?i)epoch")
 

@@ -33,11 +33,13 @@ from .names import dotted_name, stored_name, string_key, terminal_name
 from .walk import iter_subtree
 from .patterns import (
     BATCH_FETCH,
+    EVALUATION_FUNCTION,
     LOADER_NAME,
     calls_a_model,
     is_training_call,
     next_of,
     is_step_variable,
+    runs_a_model,
     loop_target_names,
     mentions_step_bound,
     runs_once,
@@ -261,8 +263,9 @@ class StepModel:
             if isinstance(receiver, cst.Name) and receiver.value in {"self", "cls"}:
                 cls = site.frame.enclosing_class()
                 found = self._methods(cls, (method,)) if cls else []
-                if found and cls is not None:
-                    # `self.train_iter(...)` in a base class runs a subclass's override on its instances
+                if cls is not None:
+                    # `self.train_iter(...)` in a base class runs a subclass's override on its instances,
+                    # or the subclasses' only definitions (XLM's `self.evaluate_mt(...)` in `Evaluator`)
                     found = found + self._overrides(cls, method)
                 if not found:
                     # `self.encoder(x)` with `self.encoder = Encoder(...)`, a class of this module.
@@ -889,6 +892,8 @@ class StepModel:
             return True  # `for state in val_mem: qs.append(dqn.evaluate_q(state))`
         if self._runs_model_on_items(loop):
             return True  # `for n, batch in enumerate(generator): ... with torch.no_grad(): model(x)`
+        if self._evaluation_walk(loop):
+            return True  # `def evaluate(model, dataset): for u in users: ... model.predict(u, seq)`
         # A loop that only *looks* like it counts steps (`while num_iters < n`, `for b in
         # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
         # Not inside a model's own methods: there a counted loop unrolls the computation (an
@@ -962,6 +967,27 @@ class StepModel:
             if first is not None and _data_of(first) & drawn and self.under_no_grad(site.frame):
                 return True
         return False
+
+    def _evaluation_walk(self, loop: LoopInfo) -> bool:
+        """A loop of an evaluation function (`evaluate`, `validate`, `test`: EVALUATION_FUNCTION) over
+        items that are no count (users, sequences, episodes' states), which runs the model on every
+        iteration (`model(x)`, `model.predict(u, seq)`): each iteration is an evaluation step, with
+        or without autograd (SASRec's `evaluate`). Only the function's outermost loops; not a walk over
+        a few settings written out, nor over the parts of one forward's output."""
+        function = loop.function
+        if not isinstance(loop.node, cst.For) or function is None or not EVALUATION_FUNCTION.match(function.name):
+            return False
+        if loop.parent_loop is not None:
+            return False  # the function's own walk, not a loop inside one (over crops, over a batch's parts)
+        if counted_range(loop) is not None or _walks_written_out(loop) or self._walks_model_output(loop):
+            return False
+        if function.class_info is not None and self.is_torch_module(function.class_info):
+            return False
+        return any(
+            runs_a_model(site.call) and (terminal_name(site.call.func) or "") not in self.index.classes
+            and _on_every_iteration(site.frame, loop.frame)
+            for site in loop.direct_calls
+        )
 
     def _walks_model_output(self, loop: LoopInfo) -> bool:
         """`output = model(input)` ... `for o in output: loss += criterion(o, target)`: the parts of one

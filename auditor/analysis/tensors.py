@@ -274,6 +274,8 @@ class TensorInference:
             declared = self._declared_not_tensor(name, owner)
             kinds.append(Kind.NOT_TENSOR if declared else self._parameter_kind(name, owner, depth))
         merged = _merge(kinds)
+        if merged is Kind.UNKNOWN and self._moved_later(expr, found[0]):
+            return Kind.HOST_TENSOR
         # A tensor-like name (`pred`, `loss`) is taken at its word, except as the element of an iterable
         # we know nothing about: `for pred, gt in zip(preds_str, labels)` walks decoded strings.
         if (
@@ -287,6 +289,20 @@ class TensorInference:
         ):
             return Kind.TENSOR
         return merged
+
+    def _moved_later(self, read: cst.Name, bindings: list[Binding]) -> bool:
+        """Does the loop body around the read move the name's value to the device later with a batch
+        helper, rebinding the name (`x, lengths = to_cuda(x, lengths)`)? Until then it is on the host:
+        XLM's `assert pred_mask.sum().item() == y.size(0)` before `to_cuda(..., pred_mask, y)`."""
+        use = self.index.uses.get(id(read))
+        if use is None or use[2] is None:
+            return False
+        order, _, loop = use
+        return any(
+            binding.loop is loop and (binding.order >= order or self._contains.holds(binding.value, read))
+            and _moves_name(binding, read.value)
+            for binding in bindings
+        )
 
     def _declared_not_tensor(self, name: str, scope: Scope) -> bool:
         """`pre_logits: bool = False`, `scale=1.0`: a parameter its signature declares a flag or a
@@ -1003,6 +1019,20 @@ def _is_shape(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.Attribute):
         return expr.attr.value == "shape"
     return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and not expr.args
+
+
+# Helpers that move the tensors handed to them to the device: XLM's `to_cuda(*args)`, `to_device(batch, device)`.
+_MOVER = re.compile(r"(?i)^_?(to_?cuda|to_?device|to_?gpu|move_to(_device)?|send_to_device|batch_to_device)$")
+
+
+def _moves_name(binding: Binding, name: str) -> bool:
+    """Is the binding `name, ... = to_cuda(name, ...)`: a batch helper moving the name's tensors? (Not
+    `name = name.to(device)`, which moves models as often as tensors.)"""
+    value = binding.value
+    return (
+        binding.kind == "element" and isinstance(value, cst.Call) and _MOVER.match(terminal_name(value.func) or "") is not None
+        and any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in value.args)
+    )
 
 
 def _merge(kinds: list[Kind]) -> Kind:

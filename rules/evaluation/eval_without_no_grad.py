@@ -4,15 +4,12 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis import FORWARD_CALLEE, FrameKind, Kind, is_training_call, iter_subtree, terminal_name
+from loopaudit.analysis import (
+    EVALUATION_FUNCTION, FORWARD_CALLEE, FrameKind, Kind, is_inference_method, is_training_call, iter_subtree, runs_a_model,
+    terminal_name,
+)
 from loopaudit.rule import Group, Report, Rule
 
-# Functions that evaluate: `evaluate`, `validate`, `test`, `eval_epoch`, `run_validation`, nanoGPT's
-# `estimate_loss`. Not pytest's `test_*` functions, which test code rather than a model.
-_EVAL_FUNCTION = re.compile(
-    r"(?i)^_?(run_)?(val|valid|validate|validation|eval|evaluate|evaluation|test|testing|estimate_loss)"
-    r"(_(one_)?(epoch|model|loop|loss|accuracy|step))?$|^_?(eval|evaluate|validate)_\w+$"
-)
 # Callees that compute a loss or metric from outputs rather than run the model.
 _NOT_A_MODEL = re.compile(r"(?i)criterion|loss|metric")
 
@@ -169,6 +166,20 @@ class EvalWithoutNoGrad(Rule):
         "ppo = PPO()\n"
         "for episode in range(1000):\n"
         "    ppo.update(*buffer.sample())\n",
+        # A base class's method calls, under no_grad, an evaluation only its subclass defines (XLM).
+        "import torch\n"
+        "class Evaluator:\n"
+        "    def run_all_evals(self):\n"
+        "        with torch.no_grad():\n"
+        "            self.evaluate_mt('valid')\n"
+        "class EncDecEvaluator(Evaluator):\n"
+        "    def evaluate_mt(self, data_set):\n"
+        "        for x, y in self.get_iterator(data_set):\n"
+        "            scores = self.decoder(self.encoder(x.cuda()))\n"
+        "            loss = criterion(scores, y.cuda())\n"
+        "evaluator = EncDecEvaluator()\n"
+        "for epoch in range(10):\n"
+        "    evaluator.run_all_evals()\n",
         # Lightning runs validation_step under no_grad itself.
         "import torch\n"
         "import lightning as L\n"
@@ -235,6 +246,19 @@ class EvalWithoutNoGrad(Rule):
         "    action = policy.select_action(state)\n"
         "    state, reward, done, _ = env.step(action)\n"
         "    policy.train(replay_buffer.sample())\n",
+        # A walk over users in an evaluation function, running the model's `predict` (SASRec).
+        "import torch\n"
+        "import numpy as np\n"
+        "model = SASRec().cuda()\n"
+        "def evaluate(model, users):\n"
+        "    for u in users:\n"
+        "        scores = model.predict(np.array([u]), np.array(history[u]))  # expect: LA501\n"
+        "        ranks.append(scores.argsort()[0])\n"
+        "for epoch in range(200):\n"
+        "    for x, y in loader:\n"
+        "        model(x.cuda(non_blocking=True)).mean().backward()\n"
+        "        optimizer.step()\n"
+        "    evaluate(model, users)\n",
     )
 
     node_types = (cst.For, cst.While, cst.Call)
@@ -285,7 +309,7 @@ def _evaluation_in_step(call: cst.Call, ctx):
     function = frame.function if frame is not None else None
     if function is None or _in_framework_code(function, ctx):
         return
-    named = _EVAL_FUNCTION.match(function.name) is not None and not _feeds_training(function, ctx)
+    named = EVALUATION_FUNCTION.match(function.name) is not None and not _feeds_training(function, ctx)
     before, after = _training_around(call, function.node, ctx)
     # An agent's `act(obs)`: the output leaves autograd at once, handed back as NumPy or Python values.
     acts = not before and not after and _hands_back_host_values(function, ctx) and _keeps_nothing(function.node)
@@ -419,7 +443,7 @@ def _evaluates(loop, ctx) -> str | None:
     if function is not None and _in_framework_code(function, ctx):
         return None
     root = function.node if function else ctx.index.module
-    named = function is not None and _EVAL_FUNCTION.match(function.name) is not None and not _feeds_training(function, ctx)
+    named = function is not None and EVALUATION_FUNCTION.match(function.name) is not None and not _feeds_training(function, ctx)
     if not named and not _after_eval_mode(loop.node, root, ctx):
         return None
     if not _forwards(loop, ctx) or _needs_gradients(loop, ctx) or _grad_disabled_by_call(root, ctx):
@@ -450,6 +474,10 @@ def _in_framework_code(function, ctx) -> bool:
 
 def _is_forward(call: cst.Call, ctx) -> bool:
     func = call.func
+    if isinstance(func, cst.Attribute) and (is_inference_method(func.attr.value) or func.attr.value.startswith("forward_")):
+        # `model.predict(u, seq)`, `self.netG.inference(label)`, `self.__S__.forward_lip(x)`: a model's
+        # inference method
+        return runs_a_model(call) and not _NOT_A_MODEL.search(terminal_name(func.value) or "") and not ctx.qualified_name(func)
     if isinstance(func, cst.Name):
         name = func.value
     elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
