@@ -311,8 +311,11 @@ def unwrap_iterable(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     """`enumerate(tqdm(loader))` -> [loader]; `zip(a_loader, b_loader)` -> both.
 
     Any call wrapping positional arguments is looked through (enumerate, tqdm, zip, islice,
-    `metric_logger.log_every(loader, ...)`), except `len` and `range`, which turn a loader into a count.
+    `metric_logger.log_every(loader, ...)`), except `len` and `range`, which turn a loader into a count;
+    so are both arms of `tqdm(loader) if rank == 0 else loader`.
     """
+    if isinstance(expr, cst.IfExp):
+        return [expr, *unwrap_iterable(expr.body), *unwrap_iterable(expr.orelse)]
     if isinstance(expr, cst.Call):
         name = terminal_name(expr.func)
         if name in {"len", "range"}:

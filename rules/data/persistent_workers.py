@@ -317,6 +317,17 @@ class WorkersRespawnedEachEpoch(Rule):
         "        loss = model(x.cuda(non_blocking=True)).sum()\n"
         "        loss.backward()\n"
         "        optimizer.step()\n",
+        # A progress bar on the first rank only: the loop walks `tqdm(loader)` or the loader itself.
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from tqdm import tqdm\n"
+        "train_loader = DataLoader(train_set, batch_size=8, num_workers=2, pin_memory=True)  # expect: LA204\n"
+        "model = Net().cuda()\n"
+        "for epoch in range(100):\n"
+        "    bar = tqdm(train_loader) if local_rank == 0 else train_loader\n"
+        "    for x, c in bar:\n"
+        "        model(x.cuda(non_blocking=True)).mean().backward()\n"
+        "        optimizer.step()\n",
     )
 
     node_types = (cst.Call,)
