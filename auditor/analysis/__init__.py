@@ -14,7 +14,7 @@ Rules use this package through the names below and the `RuleContext` members (`c
 keeps it so.
 """
 
-from .constants import UNKNOWN, command_line_default, constant, counts_cpus
+from .constants import CPU_COUNT, UNKNOWN, command_line_default, constant, counts_cpus
 from .module_index import FrameKind, LoopInfo, ModuleIndex, Scope
 from .names import dotted_name, target_names, terminal_name
 from .patterns import (
@@ -26,7 +26,7 @@ from .tensors import Kind, TensorInference
 from .walk import holds, iter_subtree
 
 __all__ = [
-    "BATCH_FETCH", "EVALUATION_FUNCTION", "FORWARD_CALLEE", "UNKNOWN", "FrameKind", "Kind", "LoopInfo", "ModuleIndex", "Scope",
+    "BATCH_FETCH", "CPU_COUNT", "EVALUATION_FUNCTION", "FORWARD_CALLEE", "UNKNOWN", "FrameKind", "Kind", "LoopInfo", "ModuleIndex", "Scope",
     "StepModel", "TensorInference", "argument_for", "command_line_default", "constant", "counts_cpus",
     "dotted_name", "drawn_from", "holds", "is_inference_method", "is_training_call", "iter_subtree", "next_of", "runs_a_model", "target_names",
     "terminal_name",

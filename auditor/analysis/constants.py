@@ -183,6 +183,9 @@ def declared_defaults(at) -> dict:
         if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
             declare(dest, default.evaluated_value)  # `default="cuda"`: a device the script runs on
             continue
+        if default is not None and counts_cpus(default, at):
+            declare(dest, CPU_COUNT)  # `default=mp.cpu_count() - 1`
+            continue
         declare(dest, constant(default, at, depth=2) if default is not None else UNKNOWN)
     return defaults
 
@@ -272,10 +275,19 @@ def _passed_by_other_modules(name: str, function, at) -> set:
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count", "torch.get_num_threads"})
 
 
+# The declared default of a setting that counts the machine's CPUs (`default=mp.cpu_count() - 1`).
+CPU_COUNT = "one per CPU"
+
+
 def counts_cpus(expr: cst.BaseExpression, at) -> bool:
-    """`cpu_count()`, `os.cpu_count()`, `min(8, os.cpu_count())`: as many as the machine has CPUs, a
-    positive number unknown until it runs."""
+    """`cpu_count()`, `os.cpu_count()`, `min(8, os.cpu_count())`, `mp.cpu_count() - 1`: as many as the
+    machine has CPUs (or one fewer, or half), a positive number unknown until it runs."""
     expr = _without_int(expr)
+    if (
+        isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Subtract, cst.FloorDivide, cst.Divide))
+        and isinstance(expr.right, cst.Integer) and int(expr.right.evaluated_value) <= 2
+    ):
+        return counts_cpus(expr.left, at)
     if not isinstance(expr, cst.Call):
         return False
     qualified = at.index.imports.qualify(expr.func) or ""

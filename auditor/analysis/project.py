@@ -28,7 +28,7 @@ import libcst as cst
 
 from ..canonical import content_digest
 from .config_files import read_config_values
-from .constants import At, declared_defaults, setting_value
+from .constants import CPU_COUNT, At, declared_defaults, setting_value
 from .device import names_cuda
 from .module_index import STAR_KWARGS, FrameKind, Signature
 from .names import dotted_name
@@ -338,7 +338,8 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         names_cuda=names_cuda(index), moves_to_device=index.moves_to_device, registries=registries,
         command_line_defaults=tuple(sorted(
             (dest, value) for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
-            if type(value) in (int, bool) or (type(value) is str and "device" in dest.lower() and value.startswith(("cuda", "cpu")))
+            if type(value) in (int, bool) or value == CPU_COUNT
+            or (type(value) is str and "device" in dest.lower() and value.startswith(("cuda", "cpu")))
         )),
     )
 

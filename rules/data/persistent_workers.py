@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.analysis import argument_for, counts_cpus, drawn_from, FrameKind, terminal_name
+from loopaudit.analysis import CPU_COUNT, argument_for, counts_cpus, drawn_from, FrameKind, terminal_name
 from loopaudit.rule import Report, Rule
 
 from ._loaders import (
@@ -74,12 +74,12 @@ class WorkersRespawnedEachEpoch(Rule):
     code = "LA204"
     name = "workers-respawned-each-epoch"
     summary = "`DataLoader(..., num_workers>0)` iterated every epoch without `persistent_workers=True`."
-    message = "this DataLoader starts its worker processes again at every epoch: the GPU waits while they start"
+    message = "this DataLoader starts its worker processes again at every epoch: the training loop waits while they start"
     suggestion = "pass `persistent_workers=True` so the workers (and the dataset copies they hold) live across epochs"
     what_it_flags = (
-        "A `DataLoader(...)` of a CUDA script with a `num_workers` that is a positive number (a literal, "
+        "A `DataLoader(...)`, on any device, with a `num_workers` that is a positive number (a literal, "
         "a name bound only to one, or a command-line option whose `add_argument(..., default=4)` the "
-        "script declares; also a helper's parameter that every caller, in this module or another of the "
+        "script declares, or whose default counts the CPUs, `mp.cpu_count() - 1`; also a helper's parameter that every caller, in this module or another of the "
         "scanned project, fills with such a value, and simple arithmetic on it such as "
         "`int(num_workers / 2)`; arguments gathered in a dict literal or `dict(...)` and passed as "
         "`**loader_args` are read too; so is a configuration key, `config[\"num_workers\"]` or `cfg.num_workers`, "
@@ -97,8 +97,8 @@ class WorkersRespawnedEachEpoch(Rule):
         "`persistent_workers=False` (the default) that creates a new multi-process iterator: it starts "
         "`num_workers` processes, sends each a copy of the dataset (pickled under the `spawn` and "
         "`forkserver` start methods), runs `worker_init_fn`, and waits for the first `prefetch_factor` "
-        "batches, and at the end of the epoch shuts all of them down. The GPU has nothing to do during that "
-        "start-up, every epoch, and datasets that open files or build indexes lazily redo that work in "
+        "batches, and at the end of the epoch shuts all of them down. The training loop, on a GPU or a CPU, "
+        "has nothing to do during that start-up, every epoch, and datasets that open files or build indexes lazily redo that work in "
         "every new worker. With `persistent_workers=True` the workers are started on the first epoch and "
         "reused."
     )
@@ -328,10 +328,25 @@ class WorkersRespawnedEachEpoch(Rule):
         "    for x, c in bar:\n"
         "        model(x.cuda(non_blocking=True)).mean().backward()\n"
         "        optimizer.step()\n",
+        # A script that trains on the CPU unless told otherwise, with one worker per CPU but one.
+        "import argparse\n"
+        "import multiprocessing as mp\n"
+        "import torch\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--device', type=str, default='cpu')\n"
+        "parser.add_argument('--num-workers', type=int, default=mp.cpu_count() - 1)\n"
+        "args = parser.parse_args()\n"
+        "train_loader = torch.utils.data.DataLoader(train_set, batch_size=128, num_workers=args.num_workers)  # expect: LA204\n"
+        "model = VQVAE().to(args.device)\n"
+        "for epoch in range(100):\n"
+        "    for images, _ in train_loader:\n"
+        "        model(images.to(args.device)).mean().backward()\n"
+        "        optimizer.step()\n",
     )
 
     node_types = (cst.Call,)
     needs_step = False
+    needs_cuda = False  # starting the workers again stalls a CPU training loop as much as a GPU one
 
     def check(self, node, ctx):
         if not is_dataloader(node, ctx):
@@ -343,7 +358,8 @@ class WorkersRespawnedEachEpoch(Rule):
         from_command_line = count is UNKNOWN
         if from_command_line:
             count = command_line_default(workers, ctx)  # `num_workers=args.workers`, default 4
-        per_cpu = type(count) is not int and counts_cpus(workers, ctx)  # `num_workers=cpu_count()`
+        # `num_workers=cpu_count()`, or an option whose default counts the CPUs
+        per_cpu = count == CPU_COUNT or (type(count) is not int and counts_cpus(workers, ctx))
         if not per_cpu and (type(count) is not int or count <= 0):
             return
         persistent = loader_argument(node, "persistent_workers", ctx)
