@@ -155,17 +155,21 @@ def declared_defaults(at) -> dict:
     def declare(key: str, value) -> None:
         defaults[key] = UNKNOWN if key in defaults and defaults[key] != value else value
 
+    def declare_default(key: str, default: cst.BaseExpression | None) -> None:
+        if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
+            declare(key, default.evaluated_value)  # `default="cuda"`: a device the script runs on
+        elif default is not None and counts_cpus(default, at):
+            declare(key, CPU_COUNT)  # `default=mp.cpu_count() - 1`
+        else:
+            declare(key, constant(default, at, depth=2) if default is not None else UNKNOWN)
+
     for key, value in _configuration_keys(at):
         declare(key, value)
     for site in at.index.calls:
         call = site.call
         flag = _absl_flag(call)
         if flag is not None:
-            dest, default = flag  # `flags.DEFINE_integer('num_workers', 4, '...')`, read as `FLAGS.num_workers`
-            if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
-                declare(dest, default.evaluated_value)
-            else:
-                declare(dest, constant(default, at, depth=2) if default is not None else UNKNOWN)
+            declare_default(*flag)  # `flags.DEFINE_integer('num_workers', 4, '...')`, read as `FLAGS.num_workers`
             continue
         if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_argument":
             continue
@@ -179,14 +183,7 @@ def declared_defaults(at) -> dict:
             dest = long_options[0][2:].replace("-", "_") if long_options else None
         if not dest:
             continue
-        default = keywords.get("default")
-        if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
-            declare(dest, default.evaluated_value)  # `default="cuda"`: a device the script runs on
-            continue
-        if default is not None and counts_cpus(default, at):
-            declare(dest, CPU_COUNT)  # `default=mp.cpu_count() - 1`
-            continue
-        declare(dest, constant(default, at, depth=2) if default is not None else UNKNOWN)
+        declare_default(dest, keywords.get("default"))
     return defaults
 
 

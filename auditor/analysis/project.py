@@ -655,16 +655,17 @@ class ProjectLayout:
         name: they sit in site-packages or a `src/` folder, beside their distribution's metadata, or
         at the top of a checkout with its packaging files or named after them (a clone of
         pytorch-image-models' `timm/`)."""
-        shadowed = set()
+        named = set()  # (folder, name) of each file or folder named like a library
         for path in self.paths:
             folder, name = os.path.dirname(path), os.path.basename(path)[:-3]
             while True:  # the file itself, then each folder above it, up to the scanned folder's top
-                if name in LIBRARIES and name not in shadowed and self._top_level_of_project(folder, name):
-                    shadowed.add(name)
+                if name in LIBRARIES:
+                    named.add((folder, name))
                 if not folder.startswith(self.scanned_root) or folder == self.scanned_root:
                     break
                 folder, name = os.path.dirname(folder), os.path.basename(folder)
-        return LIBRARIES - shadowed
+        # (each place read once: a library's own checkout holds thousands of files below its name)
+        return LIBRARIES - {name for folder, name in named if self._top_level_of_project(folder, name)}
 
     def _top_level_of_project(self, folder: str, name: str) -> bool:
         """Is `folder/name` a top-level module or package of a project rather than a library's own?"""
