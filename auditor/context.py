@@ -80,7 +80,8 @@ class RuleContext:
         for site in function.all_calls:
             call = site.call
             test = self.index.imports.qualify(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
-            if test not in ("isinstance", "torch.is_tensor") or not call.args:
+            # `isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`, `type(v) == torch.Tensor` (DrQ-v2's logger)
+            if test not in ("isinstance", "torch.is_tensor", "type") or not call.args:
                 continue
             subject = call.args[0].value
             if isinstance(subject, cst.Name) and subject.value == name:

@@ -26,7 +26,7 @@ from .canonical import digest
 from .context import RuleContext
 from .analysis.config_files import read_config_values
 from .analysis.device import targets_cuda
-from .finding import Edit, Finding, FixInfo, Location, rule_url
+from .finding import Edit, Finding, FixInfo, Location, Related, rule_url
 from .analysis.module_index import ModuleIndex, build_index
 from .origins import LineMarks, LineResolver
 from .plain_data import from_plain, to_plain
@@ -389,9 +389,12 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
         key = (rule_class.code, row)
         if key in findings or is_suppressed(rule_class.code, range(row, span.end.line + 1), suppressed):
             continue
+        related = _places(report, row, positions, lines)
         findings[key] = Finding(
             code=rule_class.code,
-            message=report.message or rule_class.message,
+            message=(report.message or rule_class.message) + "".join(
+                f"; {place.message} at line {place.location.row}" for place in related
+            ),
             filename=display_name,
             location=Location(row, span.start.column + 1),
             end_location=Location(span.end.line, span.end.column + 1),
@@ -400,8 +403,23 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
             source_line=lines[row - 1] if row - 1 < len(lines) else None,
             url=rule_url(rule_class.code, rule_class.name),
             fix=_fix_info(report.fix, module, text, starts, positions) if report.fix else None,
+            related=related,
         ), report.group
     return sorted(one_finding_per_problem(findings.values()), key=Finding.sort_key)
+
+
+def _places(report: Report, row: int, positions: Positions, lines: list[str]) -> tuple[Related, ...]:
+    """A report's other places (Report.places) as the finding's related places, in line order."""
+    found = []
+    for node, what in report.places:
+        span = positions[node]
+        if span.start.line != row:
+            source = lines[span.start.line - 1] if span.start.line - 1 < len(lines) else None
+            found.append(Related(
+                Location(span.start.line, span.start.column + 1), Location(span.end.line, span.end.column + 1),
+                what, source, kind="place",
+            ))
+    return tuple(sorted(found, key=lambda place: place.location))
 
 
 def _describe(reason: StepReason, line_of, module: cst.Module, file: str | None = None) -> str:

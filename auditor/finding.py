@@ -49,15 +49,22 @@ class FixInfo:
 
 @dataclass(frozen=True)
 class Related:
-    """Another place of a finding's one problem: "another read in this step" (rule.Group)."""
+    """Another place of a finding's one problem: "another read in this step" (rule.Group), or a line
+    the problem involves (rule.Report.places)."""
 
     location: Location
     end_location: Location
     message: str
     source_line: str | None = None  # shown by the full format, as the finding's own
+    # "member": another report of the same group, a problem place of its own ("another read in this
+    # step"); "place": a line the one problem involves (where the moved tensor is built)
+    kind: str = "member"
 
     def to_json(self) -> dict:
-        return {"location": asdict(self.location), "end_location": asdict(self.end_location), "message": self.message}
+        return {
+            "location": asdict(self.location), "end_location": asdict(self.end_location), "message": self.message,
+            "kind": self.kind,
+        }
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,8 @@ class Finding:
     observed: dict | None = None
     details: dict | None = None
     fix: FixInfo | None = None  # an automatic rewrite, for --fix (safe) or --unsafe-fixes
-    # The other lines of the same problem, in line order (rule.Group); the finding is at the first.
+    # The other lines of the same problem, in line order: the other members of its group (rule.Group;
+    # the finding is at the first) and the places its report named (rule.Report.places).
     related: tuple[Related, ...] = ()
 
     def sort_key(self) -> tuple:
@@ -97,7 +105,7 @@ class Finding:
         for key in ("observed", "details"):
             if data[key] is None:
                 data.pop(key)  # `loopaudit scan`'s JSON keeps ruff's shape
-        if self.related:  # only a grouped finding has the key
+        if self.related:  # only a finding with other places has the key
             data["related"] = [place.to_json() for place in self.related]
         else:
             data.pop("related")

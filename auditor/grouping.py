@@ -37,10 +37,13 @@ def one_finding_per_problem(found: Iterable[tuple[Finding, Group | None]]) -> li
 
 
 def _merged(first: Finding, group: Group, others: list[Finding]) -> Finding:
-    related = tuple(
+    related = first.related + tuple(
         Related(f.location, f.end_location, f"another {group.noun} {group.where}", f.source_line) for f in others
+    ) + tuple(place for f in others for place in f.related)
+    return replace(
+        first, message=first.message + _summary(group, [f.location.row for f in others]),
+        related=tuple(sorted(related, key=lambda place: place.location)),
     )
-    return replace(first, message=first.message + _summary(group, [f.location.row for f in others]), related=related)
 
 
 def _summary(group: Group, rows: list[int]) -> str:

@@ -46,6 +46,12 @@ _YIELD = re.compile(r"^[ \t]+yield\b", re.M)
 # A loop, and a call of something named like a model (`model(x)`, `self.net(x)`), in a file that turns
 # autograd off: an evaluation loop over items of any kind.
 _FOR_LOOP = re.compile(r"^[ \t]*for\b[^\n]*\bin\b", re.M)
+# A call that reads an image, an array or a recording from a file (stepmodel._FILE_READER, less `open`,
+# `load` and `read`, which every file uses for other things).
+_FILE_READ = re.compile(
+    r"\b(?:imread\w*|read_image|read_video|load_image|load_img|loadmat|load_wav|read_wav)\(|"
+    r"\b(?:Image\.open|np\.load|numpy\.load|sf\.read|soundfile\.read|torchaudio\.load|librosa\.load)\("
+)
 _FORWARD_CALL = re.compile(r"(?<![\w.])(?:self\.)?\w*(?:model|net|network)[ \t]*\(", re.I)
 _DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", re.M)
 
@@ -89,6 +95,8 @@ def _has_step_hint(text: str) -> bool:
         return True
     if "cuda" in text and _BATCH_STRIDE.search(text) is not None:
         return True  # `for i in range(0, n, batch_size): ... .cuda()`: inference one batch at a time
+    if _FILE_READ.search(text) is not None and _FOR_LOOP.search(text) is not None and _FORWARD_CALL.search(text) is not None:
+        return True  # a loop that may read one file per item and run a model on it (stepmodel._reads_item_files)
     if not ("no_grad" in text or "inference_mode" in text or ".eval()" in text):
         return False
     if _DATA_WALK.search(text) is not None:

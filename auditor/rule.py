@@ -53,6 +53,10 @@ class Report:
     fix: Fix | None = None
     group: Group | None = None  # None: a problem of its own
     suggestion: str | None = None  # replaces the rule's `suggestion` when the shape reported calls for other advice
+    # Other places of the same problem, each with what it is ("the tensor is built here"): shown as the
+    # finding's related places (a tensor built on one line and moved on another is one problem, and the
+    # fix goes where it is built). A place on the reported line itself is left out.
+    places: tuple[tuple[cst.CSTNode, str], ...] = ()
 
 
 class Rule:

@@ -183,11 +183,11 @@ def test_concise_github_gitlab_and_junit_name_the_other_lines(step_file):
     assert len(failures) == 2 and "lines 9, 12" in failures[0].get("message")
 
 
-def test_json_carries_the_related_lines_and_only_grouped_findings_have_the_key(step_file):
+def test_json_carries_the_related_lines_and_only_findings_with_other_places_have_the_key(step_file):
     (first, alone) = json.loads(scan(step_file, "json"))
     assert first["related"] == [
-        {"location": {"row": 9, "column": 15}, "end_location": {"row": 9, "column": 26}, "message": "another read in this step"},
-        {"location": {"row": 12, "column": 11}, "end_location": {"row": 12, "column": 77}, "message": "another read in this step"},
+        {"location": {"row": 9, "column": 15}, "end_location": {"row": 9, "column": 26}, "message": "another read in this step", "kind": "member"},
+        {"location": {"row": 12, "column": 11}, "end_location": {"row": 12, "column": 77}, "message": "another read in this step", "kind": "member"},
     ]
     assert "related" not in alone
 
@@ -260,3 +260,25 @@ def test_the_blind_scorer_matches_a_no_grad_label_anywhere_in_its_loop(monkeypat
     blind.score_file(entry, findings, by_line, show=False)
     assert dict(by_loop["NOGRAD"]) == {"tp": 1, "duplicate": 1}
     assert dict(by_line["NOGRAD"]) == {"fp": 2, "fn": 1}
+
+
+def test_a_tensor_built_on_one_line_and_moved_on_another_names_both_places(tmp_path):
+    """One problem, two lines: the finding is where the copy is made and names where the tensor is
+    built (the fix goes there); the JSON says which related places are such lines (`"kind": "place"`),
+    and the scorers count the finding once, at whichever of its lines a label is on."""
+    (tmp_path / "train.py").write_text(
+        "import torch\n"
+        "for x in train_loader:\n"
+        "    ids = torch.arange(0, 100, dtype=torch.long)\n"
+        "    ids = ids.cuda()\n"
+        "    loss = model(x.cuda(non_blocking=True), ids).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    (finding,) = json.loads(run_cli("scan", "train.py", "--select", "LA205", "--output-format", "json", cwd=tmp_path).out)
+    assert finding["location"]["row"] == 4
+    assert [(place["location"]["row"], place["kind"]) for place in finding["related"]] == [(3, "place")]
+    assert finding["message"].endswith("it is built on the host at line 3")
+    score = load_scorer("score")
+    assert score.reported_places([finding]) == [((4, 3), finding)]
+    assert score.reported_lines([finding]) == [(4, finding)]

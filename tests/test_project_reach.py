@@ -1297,6 +1297,69 @@ CASES = {
                     return (item.to(self.config.DEVICE) for item in args)  # expect: LA202
         """,
     },
+    "a loss function handed to another module's trainer, which calls it per step (pytorchic-bert)": {
+        "pretrain.py": """
+            import torch
+            import train
+
+            def main():
+                model = Net()
+                trainer = train.Trainer(model, data_iter, optimizer, torch.device("cuda"))
+
+                def get_loss(model, batch, global_step):
+                    x, y = batch
+                    loss = criterion(model(x), y)
+                    writer.add_scalar("loss", loss.item(), global_step)  # expect: LA101
+                    return loss
+
+                trainer.train(get_loss, 10)
+        """,
+        "train.py": """
+            import torch
+
+            class Trainer:
+                def __init__(self, model, data_iter, optimizer, device):
+                    self.model, self.data_iter, self.optimizer, self.device = model, data_iter, optimizer, device
+
+                def train(self, get_loss, n_epochs):
+                    self.model.to(self.device)
+                    for e in range(n_epochs):
+                        for i, batch in enumerate(self.data_iter):
+                            batch = [t.to(self.device, non_blocking=True) for t in batch]
+                            self.optimizer.zero_grad()
+                            loss = get_loss(self.model, batch, i).mean()
+                            loss.backward()
+                            self.optimizer.step()
+        """,
+    },
+    "a settings module names the CUDA device the trainer moves to (Precipitation-Nowcasting's cfg)": {
+        "config.py": """
+            import os
+            import torch
+            from easydict import EasyDict as edict
+
+            __C = edict()
+            cfg = __C
+            __C.GLOBAL = edict()
+            __C.GLOBAL.DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            __C.GLOBAL.BATCH_SIZE = 4
+            for folder in ["/data/radar", "/mnt/radar"]:
+                if os.path.exists(folder):
+                    __C.GLOBAL.DATA_DIR = folder
+        """,
+        "train.py": """
+            import torch
+            from config import cfg
+
+            def train(model, optimizer, batches):
+                for batch in batches:
+                    x = torch.from_numpy(batch).to(cfg.GLOBAL.DEVICE)
+                    loss = model(x).mean()
+                    loss.backward()
+                    optimizer.step()
+                    total = loss.item()  # expect: LA101
+        """,
+    },
 }
 
 

@@ -1,8 +1,9 @@
 """Every rule's own VALID and INVALID examples, run as tests (as Fixit does with its rules).
 
-An INVALID example marks each line that must be reported with `# expect: CODE`, and each line that a
-finding names as one more place of its problem (its related lines: the other reads of a step) with
-`# related: CODE`; a VALID example must produce no finding of its rule. Adding a rule file adds its
+An INVALID example marks each line that must be reported with `# expect: CODE`, each line that a
+finding groups with it as another place of its problem (the other reads of a step) with
+`# related: CODE`, and each other line its one problem involves (where a moved tensor is built) with
+`# place: CODE`; a VALID example must produce no finding of its rule. Adding a rule file adds its
 examples here with no further wiring.
 """
 
@@ -21,6 +22,7 @@ from .conftest import findings_of, scanned_text
 SOURCE_RULES = [rule for rule in all_rules() if not issubclass(rule, (FileRule, RuntimeRule))]
 EXPECT = re.compile(r"#\s*expect:\s*(LA\d+(?:\s*,\s*LA\d+)*)")
 RELATED = re.compile(r"#\s*related:\s*(LA\d+(?:\s*,\s*LA\d+)*)")
+PLACE = re.compile(r"#\s*place:\s*(LA\d+(?:\s*,\s*LA\d+)*)")
 
 
 def expected_findings(example: str, code: str, marker: re.Pattern = EXPECT) -> list[tuple[int, str]]:
@@ -51,8 +53,10 @@ def test_invalid_example_reports_exactly_the_marked_lines(rule, example):
     assert expected, "an INVALID example must mark at least one line with `# expect: CODE`"
     found = [f for f in scanned_text(example) if f.code == rule.code]
     assert [(f.location.row, f.code) for f in found] == expected
-    related = sorted((place.location.row, f.code) for f in found for place in f.related)
+    related = sorted((place.location.row, f.code) for f in found for place in f.related if place.kind == "member")
     assert related == expected_findings(example, rule.code, RELATED)
+    places = sorted((place.location.row, f.code) for f in found for place in f.related if place.kind == "place")
+    assert places == expected_findings(example, rule.code, PLACE)
 
 
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.code)

@@ -543,6 +543,28 @@ CASES = {
             if epoch % 20 == 0:
                 evaluate(model, users)
         """,
+    "a loop over file names that reads each file and runs the model is an inference step (Retinaface)": """
+        import cv2
+        import torch
+        torch.set_grad_enabled(False)
+        device = torch.device("cuda")
+        net = Net().to(device)
+        names = open(listfile).read().split()
+        for i, name in enumerate(names):
+            img = cv2.imread(folder + name)
+            x = torch.from_numpy(img).permute(2, 0, 1)[None].float()
+            boxes = net(x.to(device, non_blocking=True))
+            score = boxes.max().item()  # per-step
+        """,
+    "a loop over settings written out, reading no file, is no inference step": """
+        import torch
+        torch.set_grad_enabled(False)
+        device = torch.device("cuda")
+        net = Net().to(device)
+        x = torch.zeros(1, 3, 64, 64, device=device)
+        for name in ["small", "large"]:
+            print(name, net(x).max().item())
+        """,
 }
 
 

@@ -643,6 +643,12 @@ class _Indexer:
             self.scope.bind(target.value, Binding("value", value, self.scope, loop=self._here(), block=self.block))
             self.index.bound_names.setdefault(id(value), (target.value, self.scope))
             self._hold_entries(target.value, value)
+            if (
+                isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "iter"
+                and len(value.args) == 1 and value.args[0].keyword is None
+            ):
+                # `batch_iterator = iter(DataLoader(...))`: the loader is what `next(batch_iterator)` draws from
+                self.index.bound_names.setdefault(id(value.args[0].value), (target.value, self.scope))
         elif isinstance(target, (cst.Tuple, cst.List)):
             values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
             for position, element in enumerate(target.elements):

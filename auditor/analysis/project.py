@@ -203,6 +203,8 @@ class FunctionFacts:
     # (`def run(step_fn): for b in loader: step_fn(b)`), entered per step in the module that passes it
     called_params: tuple[tuple[str, str], ...] = ()
     options: tuple[str, ...] = ()  # parameters whose value selects an arm of its code (options.py)
+    # the called parameters it calls only with autograd off (`with torch.no_grad(): evaluate(model, batch)`)
+    grad_off_params: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,7 @@ class ModuleSummary:
     # It names CUDA without moving anything to a device, or the reverse: with a module of the same
     # repository doing the other half, the project runs on CUDA (device.names_cuda).
     names_cuda: bool = False
+    names_cuda_device: bool = False  # a "cuda" string: a device, not just a `torch.cuda` call (seeding)
     moves_to_device: bool = False
     # module-level name -> what its dict literal maps keys to, as this module names them
     # (`trainer_dict = {"base": BaseTrainer, "crd": CRDTrainer}`): a call `trainer_dict[key](...)`
@@ -335,7 +338,7 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
     return ModuleSummary(
         functions, bases, tuple(edges), cuda, returns, factories, bool(step_loops) or has_hook, returned_classes,
         _field_classes(index, steps), classes_made, feeds_models,
-        names_cuda=names_cuda(index), moves_to_device=index.moves_to_device, registries=registries,
+        names_cuda=names_cuda(index), names_cuda_device=bool(index.cuda_strings), moves_to_device=index.moves_to_device, registries=registries,
         command_line_defaults=tuple(sorted(
             (dest, value) for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
             if type(value) in (int, bool) or value == CPU_COUNT
@@ -408,11 +411,13 @@ def _returned_on(steps: StepModel, scope, name: str) -> list[tuple[bool, bool]]:
 
 def _function_facts(steps: StepModel, function, describe) -> FunctionFacts:
     called = {}
+    grad_off: dict[str, bool] = {}
     for site in function.all_calls:
         parameter = steps.called_parameter(site)
         reason = steps.reason(site.frame) if parameter is not None and parameter[0] is function else None
         if reason is not None:
             called.setdefault(parameter[1], describe(reason, site.call))
+            grad_off[parameter[1]] = grad_off.get(parameter[1], True) and steps.under_no_grad(site.frame)
     return FunctionFacts(
         steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function),
         function.positional_params,
@@ -422,6 +427,7 @@ def _function_facts(steps: StepModel, function, describe) -> FunctionFacts:
         function.signature,
         tuple(sorted(called.items())),
         steps.option_params(function),
+        tuple(sorted(param for param, off in grad_off.items() if off)),
     )
 
 
@@ -493,6 +499,8 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([
 # not parsed: enough to tell which class a `sampler.update(...)` call enters.
 # The names a module defines at its top level (functions, classes, assigned names), read from its text;
 # what a package's __init__.py imports from its submodules is found in those submodules instead.
+_CUDA_DEVICE_TEXT = re.compile(r"""["']cuda(:\d+)?["']""")
+_MOVE_TEXT = re.compile(r"\.(cuda|to)\(")
 _TOP_LEVEL = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=[^=]", re.M)
 _CLASS = re.compile(r"class[ \t]+(\w+)")
 _METHOD = re.compile(r"([ \t]+)(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\([ \t]*self\b")
@@ -542,6 +550,8 @@ class TextFacts(NamedTuple):
     methods: tuple[str, ...]  # "Class.method" of its top-level classes
     defined: frozenset[str]  # the names it defines at its top level
     defines_model: bool  # a top-level class with a `Module` among its bases
+    # it names a CUDA device ("cuda", 'cuda:0') and moves nothing (no `.cuda(`, `.to(`): settings
+    names_cuda_device: bool = False
 
 
 class ProjectLayout:
@@ -749,6 +759,7 @@ class ProjectLayout:
                 methods=_text_methods(text),
                 defined=frozenset(match.group(1) or match.group(2) for match in _TOP_LEVEL.finditer(text)),
                 defines_model=_MODULE_CLASS.search(text) is not None,
+                names_cuda_device=_CUDA_DEVICE_TEXT.search(text) is not None and _MOVE_TEXT.search(text) is None,
             )
         return cached
 
@@ -875,7 +886,10 @@ def derive_facts(
             fields.setdefault(name, set()).add(_absolute_class(layout, path, cls) or cls)
     layout.fields = {name: cls for name, (cls, *more) in fields.items() if not more and cls.startswith("@")}
     resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
-    split = _split_cuda_evidence(layout, resolved, summaries) | _inherited_cuda(layout, summaries) | _cuda_by_option(layout, summaries)
+    split = (
+        _split_cuda_evidence(layout, resolved, summaries) | _inherited_cuda(layout, summaries)
+        | _cuda_by_option(layout, summaries) | _cuda_by_settings(layout, summaries)
+    )
     cuda = _cuda_closure(resolved, summaries, split)
 
     # Calls into functions that train, hold a step loop or do a step's work; functions entered per step.
@@ -904,6 +918,9 @@ def derive_facts(
                         passed.setdefault(file, set()).add((qualname, param))
                     if param in called and called[param].count(" → ") <= MAX_HOPS:
                         entered.setdefault(path, {}).setdefault(callback, called[param])
+                        # called with autograd off there (`with torch.no_grad(): evaluate(model, batch)`)
+                        known = grad_off.setdefault(path, {})
+                        known[callback] = known.get(callback, True) and param in target.grad_off_params
                 # What the call passes for the parameters that select arms of the target's code.
                 for param in target.options:
                     position = str(target.params.index(param)) if param in target.params else None
@@ -1285,6 +1302,30 @@ def _cuda_by_option(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) 
         path for path, summary in summaries.items()
         if summary.moves_to_device and (path in declaring or _imports_one_of(layout, path, declaring))
     }
+
+
+def _cuda_by_settings(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> set[str]:
+    """The modules that move tensors to a device and import a module that names a CUDA device but
+    neither moves anything nor runs steps: a settings module (Precipitation-Nowcasting's config.py sets
+    `cfg.GLOBAL.DEVICE = torch.device("cuda" if ...)`, read as `.to(cfg.GLOBAL.DEVICE)` by the trainer
+    and the models). Only a device named by a "cuda" string counts: a helper module that merely seeds
+    `torch.cuda` names no device its importers move to."""
+    def is_settings(path: str) -> bool:
+        summary = summaries.get(path)
+        if summary is None:  # a module the prefilter kept from being parsed: what its text says
+            return layout.text_facts(path).names_cuda_device
+        return summary.names_cuda_device and not summary.moves_to_device and not summary.has_step_code
+
+    found = set()
+    for path, summary in summaries.items():
+        if not summary.moves_to_device or summary.cuda:
+            continue
+        for module in layout.imported_modules(path):
+            hit = layout.resolve(path, module + ".*")
+            if hit is not None and hit[0] != path and is_settings(hit[0]):
+                found.add(path)
+                break
+    return found
 
 
 def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[str] = frozenset()) -> dict[str, bool]:

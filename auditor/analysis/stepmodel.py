@@ -201,6 +201,8 @@ class StepModel:
         self._device_placed: set[int] | None = None  # device_placed_loops, once asked
         self._entered: dict[int, str] = self._entered_from_elsewhere()
         # qualname -> whether every call of it from other modules runs with autograd off
+        self._drawn: dict[int, set[str]] = {}  # drawn_in, per loop
+        self._grad_statement: bool | None = None  # _grad_off_by_statement, once asked
         self._grad_off_elsewhere: dict[str, bool] = dict(facts.grad_off_callers) if facts is not None else {}
         self._engine_hooks: dict[int, str] = self._find_engine_hooks()
         for site in index.calls:
@@ -358,6 +360,8 @@ class StepModel:
         function, param = called
         found: list[FunctionInfo] = []
         for caller in function.call_sites:
+            if self.hands_over(caller, function):
+                continue  # `trainer.eval(evaluate, ...)` hands `evaluate` over: its arguments are not evaluate's
             arg = argument_for(function, param, caller.call)
             if isinstance(arg, cst.Name):
                 found.extend(f for f in self.local_functions(arg, caller.scope) if f not in found)
@@ -553,8 +557,18 @@ class StepModel:
         key = id(site.call)
         if key not in self._external:
             self._external[key] = None  # a recursive question (through class_of) is answered "unknown"
-            self._external[key] = None if self.resolve(site) else self._external_target(site)
+            self._external[key] = None if self._enters_own(site) else self._external_target(site)
         return self._external[key]
+
+    def hands_over(self, site: CallSite, function: FunctionInfo) -> bool:
+        """Does the call hand `function` over uncalled rather than call it (`trainer.eval(evaluate)`)?"""
+        return function in self._handed_functions(site)
+
+    def _enters_own(self, site: CallSite) -> bool:
+        """Does the call enter a function of this module itself, not only hand one over (`trainer.train(
+        get_loss)` hands `get_loss` to another module's method, which is the call's own target)?"""
+        resolved = self.resolve(site)
+        return bool(resolved) and any(f not in self._handed_functions(site) for f in resolved)
 
     def external_targets(self, site: CallSite) -> list[str]:
         """external_target, and for a call through a registry (`trainer_dict[cfg.TRAINER](...)`), each
@@ -571,7 +585,7 @@ class StepModel:
             return []
         target = self.external_target(site)
         found = [target] if target is not None else []
-        if not self.resolve(site):
+        if not self._enters_own(site):
             # `retry_call(model.train)` where `model = Trainer(...)` of another module: its `train`
             for value, method in self._handed_callables(site):
                 if isinstance(value, cst.Attribute) and not (isinstance(value.value, cst.Name) and value.value.value in ("self", "cls")):
@@ -954,7 +968,7 @@ class StepModel:
             return False
         if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
             return False
-        drawn = _drawn_in(loop)
+        drawn = self.drawn_in(loop)
         for site in loop.direct_calls:
             name = terminal_name(site.call.func) or ""
             if not (calls_a_model(name) and name not in self.index.classes) or not _on_every_iteration(site.frame, loop.frame):
@@ -1107,10 +1121,10 @@ class StepModel:
 
         def note(param: str, loop: LoopInfo) -> None:
             trains, again = found.get(param, (False, False))
-            found[param] = (trains or self.loop_trains(loop), again or self.in_epoch_loop(loop))
+            found[param] = (trains or self.feeding_trains(loop), again or self.in_epoch_loop(loop))
 
         for loop in function.loops:
-            if not self.is_step_loop(loop):
+            if not self.feeds_steps(loop):
                 continue
             for expr in drawn_from(loop):
                 if not isinstance(expr, cst.Name):
@@ -1179,10 +1193,10 @@ class StepModel:
         the name is bound inside a loop, so a new value comes with each pass."""
         uses = []
         for loop in self.index.loops:
-            if not self.is_step_loop(loop):
+            if not self.feeds_steps(loop):
                 continue
             if any(self._refers_to(expr, name, scope, loop.scope, 0) for expr in drawn_from(loop)):
-                uses.append((self.loop_trains(loop), not made_in_loop and self.in_epoch_loop(loop)))
+                uses.append((self.feeding_trains(loop), not made_in_loop and self.in_epoch_loop(loop)))
         for site, trains, again in self._remote_uses(name, scope):
             uses.append((trains, not made_in_loop and (again or self._inside_loop(site.frame, frozenset()))))
         return uses
@@ -1303,7 +1317,25 @@ class StepModel:
             name = terminal_name(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
             if name is not None and _FILE_LIST.search(name):
                 return True
-        return False
+        return self._reads_item_files(loop)
+
+    def _reads_item_files(self, loop: LoopInfo) -> bool:
+        """Does every iteration read a file its item names (`for img_name in test_dataset: img =
+        cv2.imread(folder + img_name)`, Retinaface's evaluation scripts): a walk over files, whatever
+        the list is called?"""
+        drawn = self.drawn_in(loop)
+        return any(
+            _FILE_READER.match(terminal_name(site.call.func) or "") and site.call.args
+            and _data_of(site.call.args[0].value) & drawn and _on_every_iteration(site.frame, loop.frame)
+            for site in loop.direct_calls
+        )
+
+    def drawn_in(self, loop: LoopInfo) -> set[str]:
+        """The loop's item names and the names its body binds from them (_drawn_in)."""
+        found = self._drawn.get(id(loop))
+        if found is None:
+            found = self._drawn[id(loop)] = _drawn_in(loop)
+        return found
 
     def _made_by_generator(self, expr: cst.BaseExpression, scope: Scope) -> bool:
         if isinstance(expr, cst.Name):
@@ -1514,6 +1546,18 @@ class StepModel:
                     return True
         return False
 
+    def feeds_steps(self, loop: LoopInfo) -> bool:
+        """Does every iteration of the loop drive the GPU: a step loop, or a loop whose iterations hold
+        step loops of their own (vid2vid draws a batch of videos, then steps over its frames)? What
+        such a loop draws from a loader is copied to the device like a step loop's batch."""
+        return self.is_step_loop(loop) or self.has_inner_step_loop(loop)
+
+    def feeding_trains(self, loop: LoopInfo) -> bool:
+        """Does an iteration of a loop that feeds steps train (itself, or in the step loops it holds)?"""
+        return self.loop_trains(loop) or any(
+            self.is_step_loop(child) and self.loop_trains(child) for child in loop.children
+        )
+
     def in_epoch_loop(self, loop: LoopInfo) -> bool:
         """Does this loop iterate its loader again and again: inside another loop, or in a function
         called from one, or restarting the iterator it draws from itself?"""
@@ -1550,15 +1594,33 @@ class StepModel:
             if current.kind is FrameKind.FUNCTION:
                 function = current.function
                 if function is None:
-                    return False
+                    return self._grad_off_by_statement()
                 if any(self.disables_grad(d.decorator) for d in function.node.decorators):
                     return True
                 elsewhere = self._grad_off_elsewhere.get(function.qualname)  # None: no caller in another module
-                if id(function) in seen or (not function.call_sites and elsewhere is None) or elsewhere is False:
-                    return False
-                return all(self.under_no_grad(site.frame, seen | {id(function)}) for site in function.call_sites)
+                # A call that only hands the function over (`trainer.eval(evaluate)`) does not run it:
+                # the module it is handed to says how it is called (`elsewhere`).
+                sites = [site for site in function.call_sites if not self.hands_over(site, function)]
+                if id(function) in seen or (not sites and elsewhere is None) or elsewhere is False:
+                    return self._grad_off_by_statement()
+                return self._grad_off_by_statement() or all(self.under_no_grad(site.frame, seen | {id(function)}) for site in sites)
             current = current.parent
-        return False
+        return self._grad_off_by_statement()
+
+    def _grad_off_by_statement(self) -> bool:
+        """Does the module turn autograd off with a statement, `torch.set_grad_enabled(False)`, and never
+        back on (Retinaface's test scripts, before their loops over images)? Everything after it runs
+        without autograd; the module's code is taken to run after it."""
+        if self._grad_statement is None:
+            switches = [
+                site.call for site in self.index.calls
+                if (self.index.imports.qualify(site.call.func) or dotted_name(site.call.func) or "")
+                in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled")
+            ]
+            statements = {id(e.value) for e in _bare_calls(self.index.module)} if switches else set()
+            settings = [literal(call.args[0].value) if call.args else None for call in switches if id(call) in statements]
+            self._grad_statement = bool(settings) and all(setting is False for setting in settings)
+        return self._grad_statement
 
     def disables_grad(self, expr: cst.BaseExpression) -> bool:
         """Does this context manager or decorator turn autograd off (`torch.no_grad()`,
@@ -1795,6 +1857,10 @@ class StepModel:
 # Names of datasets an evaluation walks by index (`for i in range(len(val_dataset))`), not lists of
 # settings (`for i in range(len(ALL_C))`).
 _DATASET = re.compile(r"(?i)(dataset|data_?set|_set$|samples|(^|_)data$)")
+# Calls that read a file named by their first argument: an image, an array, a recording.
+_FILE_READER = re.compile(
+    r"(?i)^(imread|imread_\w+|read_image|read_video|load_image|load_img|open|load|loadmat|load_wav|read_wav|read|sf_read)$"
+)
 # Names of lists of files or samples that an inference script walks one by one.
 _FILE_LIST = re.compile(r"(?i)^(file_?list|files|filenames|file_?names|paths|image_?paths|img_?list|image_?list|wav_?list|video_?list|samples)$")
 
@@ -1973,6 +2039,19 @@ def _walks_written_out(loop: LoopInfo) -> bool:
     return not walked or any(isinstance(expr, (cst.List, cst.Tuple, cst.Set, cst.Dict)) for expr in walked)
 
 
+def _bare_calls(module: cst.Module) -> list[cst.Expr]:
+    """The calls made as statements of their own (`torch.set_grad_enabled(False)`)."""
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Expr(self, node: cst.Expr) -> None:
+            if isinstance(node.value, cst.Call):
+                found.append(node)
+
+    module.visit(Finder())
+    return found
+
+
 def _drawn_in(loop: LoopInfo) -> set[str]:
     """The loop's item names and the names its body binds from them (`x = move(batch['waveform'])`)."""
     drawn = set(loop_target_names(loop.node))
@@ -1980,7 +2059,7 @@ def _drawn_in(loop: LoopInfo) -> set[str]:
         (name, binding.value) for name, bindings in loop.scope.assignments.items() for binding in bindings
         if binding.loop is loop and binding.kind in ("value", "element")
     ]
-    for _ in range(3):
+    for _ in range(8):
         more = {name for name, value in bound if name not in drawn and _data_of(value) & drawn}
         if not more:
             break

@@ -157,6 +157,7 @@ class TensorInference:
         self.steps = steps
         self._busy: set[tuple[int, str]] = set()
         self._provisional: dict[tuple[int, str], Kind] = {}
+        self._cycles = 0  # reads that met a name still being decided (_kind_Name)
         self._returns: dict[int, tuple[Kind, ...]] = {}
         self._in_place: dict[int, bool] = {}  # id(function) -> it computes with torch alone (_computes_in_place)
         # Tensor-like names (`loss`, `output`) count as tensors, except while working out what a
@@ -255,12 +256,22 @@ class TensorInference:
         if key in self._busy:
             # `x = x.to(device)` or `loss = loss / n` refers to the name being decided: use what
             # the other bindings said (see the second round below), or nothing yet.
+            if key not in self._provisional:
+                self._cycles += 1
             return self._provisional.get(key, Kind.UNKNOWN)
         self._busy.add(key)
         try:
-            kinds = [self._binding_kind(binding, depth) for binding in bindings]
-            first = _merge([k for k in kinds if k is not Kind.UNKNOWN])
-            if Kind.UNKNOWN in kinds and first is not Kind.UNKNOWN:
+            kinds, cyclic = [], []
+            for binding in bindings:
+                before = self._cycles
+                kinds.append(self._binding_kind(binding, depth))
+                cyclic.append(self._cycles != before)
+            # The first round's answer comes from the bindings that did not read a name still being
+            # decided: `w = w / torch.sum(w)` guessed from a name not yet known says nothing yet.
+            first = _merge([k for k, c in zip(kinds, cyclic) if k is not Kind.UNKNOWN and not c])
+            if first is Kind.UNKNOWN:
+                first = _merge([k for k in kinds if k is not Kind.UNKNOWN])
+            if (Kind.UNKNOWN in kinds or any(cyclic)) and first is not Kind.UNKNOWN:
                 # Second round: a binding that refers to the name itself now sees the others' kind,
                 # so `for x in loader: x = x.to(device)` makes `x` a device tensor.
                 self._provisional[key] = first
@@ -416,7 +427,12 @@ class TensorInference:
         """The expression each of the module's call sites of `function` passes for parameter `name`
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         return [
-            (None if self.steps.calls_partial(site) else argument_for(function, name, site.call), site.scope)
+            # (a call that only hands the function over, `trainer.eval(evaluate, ...)`, passes it nothing)
+            (
+                None if self.steps.calls_partial(site) or self.steps.hands_over(site, function)
+                else argument_for(function, name, site.call),
+                site.scope,
+            )
             for site in function.call_sites[:8]
         ]
 
@@ -795,10 +811,13 @@ class TensorInference:
         functions = self.steps.resolve(site)
         if functions:
             returned = self._local_returns(functions, depth)
-            if returned is not None and Kind.TENSOR in returned and self._host_in_host_out(call, functions, scope, depth):
-                # `coords = get_preds(score_map.cpu())`: this call hands it host tensors only, and it
-                # moves nothing to the device itself, so what it returns is on the host here
-                return tuple(Kind.HOST_TENSOR if kind is Kind.TENSOR else kind for kind in returned)
+            if returned is not None and (Kind.TENSOR in returned or Kind.UNKNOWN in returned) and self._host_in_host_out(
+                call, functions, scope, depth
+            ):
+                # `coords = get_preds(score_map.cpu())`, `weights = cubic(distance)`: this call hands it host
+                # tensors only, and it moves nothing to the device itself, so what it returns is on the
+                # host here (what it computes from its parameters as well as what it makes)
+                return tuple(Kind.HOST_TENSOR if kind in (Kind.TENSOR, Kind.UNKNOWN) else kind for kind in returned)
             return returned
         facts = self.steps.facts
         if facts is None or not facts.return_kinds:
@@ -823,7 +842,9 @@ class TensorInference:
     def _computes_in_place(self, function) -> bool:
         key = id(function)
         if key not in self._in_place:
-            self._in_place[key] = all(self._keeps_device(site.call) for site in function.all_calls)
+            self._in_place[key] = all(
+                self._keeps_device(site.call) or _typed_as_local(site.call, function) for site in function.all_calls
+            )
         return self._in_place[key]
 
     def _keeps_device(self, call: cst.Call) -> bool:
@@ -1046,6 +1067,21 @@ def _merge(kinds: list[Kind]) -> Kind:
     if Kind.HOST_TENSOR in kinds and all(k in (Kind.HOST_TENSOR, Kind.NOT_TENSOR) for k in kinds):
         return Kind.HOST_TENSOR
     return Kind.UNKNOWN
+
+
+def _typed_as_local(call: cst.Call, function) -> bool:
+    """`(absx <= 1).type_as(absx)`: a conversion to the type, and device, of one of the function's own
+    values (a parameter or a name it binds), which are where its arguments are."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "type_as" and len(call.args) == 1):
+        return False
+    other = call.args[0].value
+    if not isinstance(other, cst.Name):
+        return False
+    params = function.node.params
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    found = function.scope.lookup(other.value)
+    return other.value in names or (found is not None and found[1] is function.scope)
 
 
 def _is_cpu_literal(expr: cst.BaseExpression) -> bool:

@@ -52,13 +52,22 @@ def _findings(folder: Path, python: str) -> list[dict]:
 
 def reported_lines(findings: list[dict]) -> list[tuple[int, dict]]:
     """(line, finding) for each line the findings of the JSON output report, in line order: a grouped
-    finding at its own line and at each of its related places', as the findings it groups would be."""
-    places = [
-        (row, finding)
-        for finding in findings
-        for row in (finding["location"]["row"], *(place["location"]["row"] for place in finding.get("related", ())))
-    ]
-    return sorted(places, key=lambda place: place[0])
+    finding at its own line and at each of its members' lines, as the findings it groups would be.
+    (A finding's other places, `"kind": "place"`, are lines of the same one problem: see reported_places.)"""
+    return [(rows[0], finding) for rows, finding in reported_places(findings)]
+
+
+def reported_places(findings: list[dict]) -> list[tuple[tuple[int, ...], dict]]:
+    """(lines, finding) for each problem place the findings report, in line order: the finding's own
+    line with the other lines of its one problem (a tensor built on one line and moved on another:
+    a label on either is the same problem), then each group member's line alone."""
+    found = []
+    for finding in findings:
+        related = finding.get("related", ())
+        places = tuple(p["location"]["row"] for p in related if p.get("kind") == "place")
+        found.append(((finding["location"]["row"], *places), finding))
+        found.extend(((p["location"]["row"],), finding) for p in related if p.get("kind", "member") == "member")
+    return sorted(found, key=lambda place: place[0][0])
 
 
 def _family(code: str) -> str:
@@ -76,21 +85,21 @@ def score(folders: list[Path], prefixes: tuple[str, ...], show: bool, python: st
         for name in sorted(k for k in labels if not k.endswith("#ambiguous")):
             wanted = [(l["code"], l["line"]) for l in labels[name] if l["code"].startswith(prefixes)]
             ambiguous = [(l["code"], l["line"]) for l in labels.get(name + "#ambiguous", [])]
-            found = [(f["code"], row) for row, f in reported_lines(by_file.get(name, [])) if f["code"].startswith(prefixes)]
+            found = [(f["code"], rows) for rows, f in reported_places(by_file.get(name, [])) if f["code"].startswith(prefixes)]
             unmatched = list(wanted)
-            for code, row in found:
-                hit = next((w for w in unmatched if w[0] == code and abs(w[1] - row) <= 1), None)
+            for code, rows in found:
+                hit = next((w for row in rows for w in unmatched if w[0] == code and abs(w[1] - row) <= 1), None)
                 if hit is not None:
                     unmatched.remove(hit)
                     counts[_family(code)]["tp"] += 1
-                elif any(a[0] == code and abs(a[1] - row) <= 1 for a in ambiguous):
+                elif any(a[0] == code and abs(a[1] - row) <= 1 for row in rows for a in ambiguous):
                     counts[_family(code)]["ambiguous"] += 1
-                elif any(w[0] == code and abs(w[1] - row) <= 1 for w in wanted):
+                elif any(w[0] == code and abs(w[1] - row) <= 1 for row in rows for w in wanted):
                     counts[_family(code)]["duplicate"] += 1  # a second finding on a labelled line
                 else:
                     counts[_family(code)]["fp"] += 1
                     if show:
-                        print(f"FP {folder.name}/{name}:{row} {code}")
+                        print(f"FP {folder.name}/{name}:{rows[0]} {code}")
             for code, row in unmatched:
                 counts[_family(code)]["fn"] += 1
                 if show:

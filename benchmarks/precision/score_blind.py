@@ -15,8 +15,10 @@ may be reported at its first line and labelled at another):
 - a periodic label marks a place that must not be reported as per-step: a finding on it is a false
   positive, like any finding that matches no label;
 - findings of families the file's labeller did not look for (`families`) are not scored;
-- a finding that stands for several lines (its `related` places) scores at each of them, as the
-  findings it groups would (score.reported_lines);
+- a finding that stands for several lines (its group's members) scores at each of them, as the
+  findings it groups would; a finding whose one problem spans lines (a tensor built on one line and
+  moved on another, its `"kind": "place"` related places) scores once, at whichever of them is
+  labelled (score.reported_places);
 - NOGRAD is a property of an evaluation loop, and the guide does not say which line of the loop
   carries it: labellers put it on the loop's header or on a forward pass in it. A NOGRAD finding
   and label also match when the innermost loop around each is the same loop (`--lines-only`
@@ -36,7 +38,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from score import print_table, reported_lines  # (this script's folder is on the path when it runs)
+from score import print_table, reported_places  # (this script's folder is on the path when it runs)
 
 # The labelling guide's families, as loopaudit's rule codes. Codes absent here (file errors, the
 # dynamic mode's measurements) have no family and are not scored.
@@ -105,25 +107,29 @@ def score_file(entry: dict, findings: list[dict], counts: dict, show: bool, loop
     def same_loop(family, line, row):
         return family in LOOP_FAMILIES and loop_at.get(line) is not None and loop_at.get(line) == loop_at.get(row)
 
-    def near(places, family, row):
-        return next((p for p in places if p[0] == family and (abs(p[1] - row) <= 1 or same_loop(family, p[1], row))), None)
+    def near(places, family, rows):
+        return next(
+            (p for row in rows for p in places if p[0] == family and (abs(p[1] - row) <= 1 or same_loop(family, p[1], row))),
+            None,
+        )
 
-    for row, finding in reported_lines(findings):
+    for rows, finding in reported_places(findings):
         family = FAMILY_OF_CODE.get(finding["code"])
         if family is None or family not in looked_for:
             continue
-        hit = near(unmatched, family, row)
+        row = rows[0]
+        hit = near(unmatched, family, rows)
         if hit is not None:
             unmatched.remove(hit)
             counts[family]["tp"] += 1
-        elif near(wanted, family, row):
+        elif near(wanted, family, rows):
             counts[family]["duplicate"] += 1
-        elif near(uncertain, family, row):
+        elif near(uncertain, family, rows):
             counts[family]["uncertain"] += 1
         else:
             counts[family]["fp"] += 1
             if show:
-                kind = "periodic" if near(periodic, family, row) else "unlabelled"
+                kind = "periodic" if near(periodic, family, rows) else "unlabelled"
                 print(f"FP {where}:{row} {finding['code']} ({kind}) {finding['message'][:90]}")
     for family, line in unmatched:
         counts[family]["fn"] += 1

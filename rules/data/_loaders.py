@@ -113,13 +113,15 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
 
 
 def step_loops(call: cst.Call, ctx) -> list[LoopInfo]:
-    """The step loops (training or evaluation) that iterate what this call is bound to."""
-    return [loop for loop in ctx.steps.loops_over(call) if ctx.steps.is_step_loop(loop)]
+    """The loops that iterate what this call is bound to and drive the GPU on every iteration: step
+    loops (training or evaluation), or loops whose iterations hold step loops (StepModel.feeds_steps)."""
+    return [loop for loop in ctx.steps.loops_over(call) if ctx.steps.feeds_steps(loop)]
 
 
 def loop_trains(loop: LoopInfo, ctx) -> bool:
-    """Does one iteration of the loop train: backward / optimizer.step here or in a function it calls?"""
-    return ctx.steps.loop_trains(loop)
+    """Does one iteration of the loop train: backward / optimizer.step here, in a function it calls,
+    or in the step loops it holds?"""
+    return ctx.steps.feeding_trains(loop)
 
 
 def remote_step_loops(call: cst.Call, ctx):
@@ -461,8 +463,8 @@ def _step_data(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
                 ctx.steps.walks_data(binding.loop) or ctx.steps.is_loader(binding.value, ctx.scope)
             ):
                 return True
-            if binding.kind in ("value", "element") and depth < 3 and ctx.steps.walks_data(binding.loop) and (
-                _step_data(binding.value, ctx, depth + 1)
+            if binding.kind in ("value", "element") and ctx.steps.walks_data(binding.loop) and (
+                node.value in ctx.steps.drawn_in(binding.loop) or (depth < 3 and _step_data(binding.value, ctx, depth + 1))
             ):
                 return True
     return False

@@ -35,7 +35,7 @@ def _legacy_host_creation(call: cst.Call) -> bool:
     if not positional or len(positional) != len(call.args):
         return False
     if len(positional) == 1 and isinstance(positional[0], (cst.List, cst.Tuple, cst.BinaryOperation)):
-        return _is_constant(positional[0]) or _is_fill(positional[0])
+        return _is_constant(positional[0]) or _is_fill(positional[0]) or _lists_sizes(positional[0])
     if len(positional) == 1:
         # `torch.LongTensor(n)` is a size, `torch.LongTensor(tokens)` data the script computed: only a
         # number written out, or a `range(...)` (an arange), can be told apart.
@@ -51,6 +51,17 @@ def _is_size(expr: cst.BaseExpression) -> bool:
             isinstance(func, cst.Name) and func.value == "len"
         )
     return isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
+
+
+def _lists_sizes(expr: cst.BaseExpression) -> bool:
+    """`[img.shape[1], img.shape[0], img.shape[1], img.shape[0]]`: a few sizes and numbers written out,
+    read from other values but no data of their own (Retinaface's box scale, `torch.Tensor([w, h, w, h])`)."""
+    if not isinstance(expr, (cst.List, cst.Tuple)) or not expr.elements:
+        return False
+    values = [e.value for e in expr.elements if not isinstance(e, cst.StarredElement)]
+    return len(values) == len(expr.elements) and any(_is_size(v) for v in values) and all(
+        _is_size(v) or _is_constant(v) for v in values
+    )
 
 
 def _is_range(expr: cst.BaseExpression) -> bool:
@@ -168,7 +179,8 @@ def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, as
     if factory in _FROM_DATA:
         data = call.args[0].value if call.args and call.args[0].keyword is None else None
         if data is None or not (
-            _is_constant(data) or _is_fill(data) or _is_range(data) or _numpy_constant(data, ctx) or _named_constant(data, ctx)
+            _is_constant(data) or _is_fill(data) or _is_range(data) or _lists_sizes(data) or _numpy_constant(data, ctx)
+            or _named_constant(data, ctx)
         ):
             return None
     return call
@@ -249,6 +261,9 @@ def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
     # `ids = ids.cuda()`: the move may rebind the name; what comes after it reads the moved tensor.
     moves = [b for b in found[0] if b.kind == "value" and holds(b.value, expr)]
     others = [b for b in found[0] if b not in moves]
+    if len(moves) == 1:
+        # what the name is bound to after the move (`loc_t = loc_t[pos_idx]`) is not what is moved
+        others = [b for b in others if b.order < moves[0].order]
     if len(others) != 1 or len(moves) > 1:
         return None
     binding = others[0]
@@ -265,19 +280,25 @@ def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
         return creation if uses == 2 else None
     # Rebound by the move: later reads see the moved tensor. The host tensor must not be written
     # to (`ids[0] = n`, `ids.fill_(1)`) anywhere in the function.
-    return None if _written_in_place(body, expr.value, ctx) else creation
+    return None if _written_in_place(body, expr.value, ctx, moves[0].order) else creation
 
 
-def _written_in_place(body: cst.CSTNode, name: str, ctx) -> bool:
+def _written_in_place(body: cst.CSTNode, name: str, ctx, before: int | None = None) -> bool:
+    """Is the host tensor written to in place (before the move that rebinds the name, if `before` is
+    its order: after it, a write such as `conf_t[pos] = 1` writes into the moved tensor)?"""
+    def early(read: cst.Name) -> bool:
+        use = ctx.index.uses.get(id(read)) if before is not None else None
+        return use is None or use[0] < before
+
     for node in iter_subtree(body):
         if isinstance(node, cst.Subscript) and id(node) in ctx.index.stored_subscripts:
             base = node.value
             while isinstance(base, cst.Subscript):
                 base = base.value  # `batch_text[i][:n] = ...` writes into batch_text too
-            if isinstance(base, cst.Name) and base.value == name:
+            if isinstance(base, cst.Name) and base.value == name and early(base):
                 return True
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value.endswith("_"):
-            if isinstance(node.func.value, cst.Name) and node.func.value.value == name:
+            if isinstance(node.func.value, cst.Name) and node.func.value.value == name and early(node.func.value):
                 return True
     return False
 
@@ -430,6 +451,19 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # A box scale written out from the image's sizes, in a loop over image files (Retinaface's
+        # evaluation): built on the host, then copied, for every image.
+        "import cv2\n"
+        "import torch\n"
+        "device = torch.device('cuda')\n"
+        "net = Net().to(device)\n"
+        "for name in image_names:\n"
+        "    img = cv2.imread(folder + name)\n"
+        "    scale = torch.Tensor([img.shape[1], img.shape[0], img.shape[1], img.shape[0]])  # place: LA205\n"
+        "    x = torch.from_numpy(img).permute(2, 0, 1)[None].float()\n"
+        "    boxes = net(x.to(device, non_blocking=True))\n"
+        "    scale = scale.to(device)  # expect: LA205\n"
+        "    results.append(boxes * scale)\n",
         # A constant by name: imported, or bound once at module level (VideoMAE's normalisation).
         "import torch\n"
         "from timm.data.constants import IMAGENET_DEFAULT_MEAN\n"
@@ -500,7 +534,7 @@ class CreatedOnHostThenMoved(Rule):
         "class STN3d(torch.nn.Module):\n"
         "    def forward(self, x):\n"
         "        x = self.fc(x)\n"
-        "        iden = Variable(torch.from_numpy(np.array([1, 0, 0, 0, 1, 0, 0, 0, 1]).astype(np.float32))).view(1, 9)\n"
+        "        iden = Variable(torch.from_numpy(np.array([1, 0, 0, 0, 1, 0, 0, 0, 1]).astype(np.float32))).view(1, 9)  # place: LA205\n"
         "        if x.is_cuda:\n"
         "            iden = iden.cuda()  # expect: LA205\n"
         "        return x + iden\n"
@@ -552,14 +586,14 @@ class CreatedOnHostThenMoved(Rule):
         "model = Net().cuda()\n"
         "for x, y in train_loader:\n"
         "    x = x.cuda(non_blocking=True)\n"
-        "    weights = torch.ones(x.size(0))\n"
+        "    weights = torch.ones(x.size(0))  # place: LA205\n"
         "    loss = (model(x) * weights.cuda()).sum()  # expect: LA205\n"
         "    loss.backward()\n"
         "    optimizer.step()\n",
         # Made in a function that runs per step, and moved where it is when CUDA is there (tacotron2).
         "import torch\n"
         "def get_mask_from_lengths(lengths):\n"
-        "    ids = torch.arange(0, 100, dtype=torch.long)\n"
+        "    ids = torch.arange(0, 100, dtype=torch.long)  # place: LA205\n"
         "    if torch.cuda.is_available(): ids = ids.cuda()  # expect: LA205\n"
         "    return ids < lengths.unsqueeze(1)\n"
         "for text, lengths in train_loader:\n"
@@ -582,12 +616,12 @@ class CreatedOnHostThenMoved(Rule):
         # v3, YOLOv4): star arguments are sizes too, and `.type(torch.cuda.FloatTensor)` is a move.
         "import torch\n"
         "def coords_grid(batch, ht, wd):\n"
-        "    coords = torch.meshgrid(torch.arange(ht), torch.arange(wd))\n"
+        "    coords = torch.meshgrid(torch.arange(ht), torch.arange(wd))  # place: LA205\n"
         "    coords = torch.stack(coords[::-1], dim=0).float()\n"
         "    return coords[None].repeat(batch, 1, 1, 1)\n"
         "class Net(torch.nn.Module):\n"
         "    def forward(self, x):\n"
-        "        dx = torch.linspace(-4, 4, 9)\n"
+        "        dx = torch.linspace(-4, 4, 9)  # place: LA205\n"
         "        delta = torch.stack(torch.meshgrid(dx, dx), axis=-1).to(x.device)  # expect: LA205\n"
         "        grid = coords_grid(x.shape[0], 8, 8).to(x.device)  # expect: LA205\n"
         "        labels = (torch.arange(x.shape[0]) + x.shape[0] * rank).cuda()  # expect: LA205\n"
@@ -625,7 +659,10 @@ class CreatedOnHostThenMoved(Rule):
         if creation is None:
             return
         factory = (ctx.qualified_name(creation.func) or "").rsplit(".", 1)[-1]
-        constant = factory in _FROM_DATA or (factory in LEGACY_CONSTRUCTORS and _legacy_constant(creation))
+        data = creation.args[0].value if creation.args else None
+        constant = (factory in _FROM_DATA and not (data is not None and _lists_sizes(data))) or (
+            factory in LEGACY_CONSTRUCTORS and _legacy_constant(creation)
+        )
         move = f"`.{node.func.attr.value}(...)`"
         if model_class(ctx) is not None and built_from_constants(receiver, ctx, ctx.scope):
             # The same tensor every forward: a buffer of the model, moved once with it.
@@ -633,6 +670,7 @@ class CreatedOnHostThenMoved(Rule):
                 node,
                 f"`{ctx.source(creation.func)}(...)` builds the same tensor on the CPU each time and {move} "
                 f"copies it to the GPU with a blocking copy, once per step: {register_buffer_advice(node, ctx)}",
+                places=((creation, _BUILT),),
             )
             return
         if constant:
@@ -645,7 +683,12 @@ class CreatedOnHostThenMoved(Rule):
             node,
             f"`{ctx.source(creation.func)}(...)` builds the tensor on the CPU and {move} "
             f"copies it to the GPU with a blocking copy, once per step: {fix}",
+            places=((creation, _BUILT),),
         )
+
+
+# A tensor built on one line and moved on another: the finding names both, and the fix goes where it is built.
+_BUILT = "it is built on the host"
 
 
 def host_created(receiver: cst.BaseExpression, ctx) -> cst.Call | None:
@@ -677,6 +720,8 @@ def _legacy_replacement(call: cst.Call, factory: str) -> str:
         made = f"torch.full((n,), value, {dtype})"
     elif first is not None and _is_range(first):
         made = f"torch.arange(n, {dtype})"
+    elif first is not None and _lists_sizes(first):
+        made = f"torch.tensor([...], {dtype})"
     else:
         made = f"torch.zeros(size, {dtype})"
     return f"`torch.{factory}` cannot take `device=`; create it on the device with `{made}`"

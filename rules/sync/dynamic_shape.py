@@ -17,6 +17,8 @@ _TORCH_FUNCTIONS = {
 # Tensor methods whose output size depends on the data (also read by LA101, item.py).
 DATA_DEPENDENT_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
 _MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "bool"})
+# Methods that reshape a tensor and keep its elements: a reshaped mask is a mask.
+_RESHAPES = ("unsqueeze", "expand", "expand_as", "view", "view_as", "reshape", "squeeze", "flatten", "repeat", "permute", "transpose", "contiguous")
 # Node-split masks of full-batch graph training: PyG's `data.train_mask` and DGL's
 # `g.ndata["train_mask"]` are boolean tensors by convention. Other `*_mask` names (an int64
 # `attention_mask`, GAT's integer `mask_train`) are not assumed to be boolean.
@@ -112,6 +114,19 @@ class DynamicShapeInStep(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # SSD's MultiBoxLoss: the mask of positive priors, reshaped to the boxes' shape, indexes both.
+        "import torch\n"
+        "for images, targets in train_loader:\n"
+        "    loc_data, conf_data = model(images.cuda(non_blocking=True))\n"
+        "    targets = targets.cuda(non_blocking=True)\n"
+        "    conf_t, loc_t = targets[..., 0], targets[..., 1:]\n"
+        "    pos = conf_t > 0\n"
+        "    pos_idx = pos.unsqueeze(pos.dim()).expand_as(loc_data)\n"
+        "    loc_p = loc_data[pos_idx].view(-1, 4)  # expect: LA105\n"
+        "    loc_g = loc_t[pos_idx].view(-1, 4)  # related: LA105\n"
+        "    loss = torch.nn.functional.smooth_l1_loss(loc_p, loc_g)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A mask another module's function returns: its code is not read here, its name says what it is
         # (SSD's box loss); a method of a local value named `mask` is not enough.
         "import torch\n"
@@ -231,7 +246,11 @@ class DynamicShapeInStep(Rule):
             if (ctx.qualified_name(expr.func) or "") in _MASK_FUNCTIONS:
                 return True
             receiver = ctx.method_call(expr, *_MASK_METHODS)
-            return receiver is not None and ctx.is_tensor(receiver)
+            if receiver is not None:
+                return ctx.is_tensor(receiver)
+            # `pos.unsqueeze(pos.dim()).expand_as(loc_data)` (SSD's MultiBoxLoss): the same mask, reshaped
+            receiver = ctx.method_call(expr, *_RESHAPES)
+            return receiver is not None and self._is_mask(receiver, ctx, depth + 1)
         if isinstance(expr, (cst.Name, cst.Attribute)) and _SPLIT_MASK.match(expr.value if isinstance(expr, cst.Name) else expr.attr.value):
             return True
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:

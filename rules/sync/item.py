@@ -38,6 +38,35 @@ def _reads_in_step(node: cst.CSTNode, ctx) -> Group:
     )
 
 
+# PyTorch <= 0.3 had no 0-dim tensors: a loss was a one-element tensor, read with `loss.data[0]`, the
+# `.item()` of its day. `x.data[0]` of a batch is its first row, not a read, so the idiom counts only
+# where the value is one number by its name (`loss`, `correct`, `mse`) or by its making (a reduction).
+_SCALAR_NAME = re.compile(r"(?i)(loss|acc|correct|right|err|mse|nll|kl|prec|psnr|ssim|reward)")
+_REDUCTIONS = frozenset({"sum", "mean", "norm", "prod", "std", "var"})
+
+
+def _legacy_read(node: cst.Subscript, ctx) -> cst.BaseExpression | None:
+    """The tensor a PyTorch 0.3 scalar read `loss.data[0]` reads, or None."""
+    if not (
+        isinstance(node.value, cst.Attribute) and node.value.attr.value == "data" and len(node.slice) == 1
+        and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.Integer)
+        and node.slice[0].slice.value.value == "0"
+    ):
+        return None
+    if isinstance(ctx.parent(node), (cst.Attribute, cst.Subscript)):
+        return None  # `out.data[0].numpy()`, `x.data[0][0]`: a row used as an array
+    tensor = node.value.value
+    if isinstance(tensor, cst.Call):
+        name = terminal_name(tensor.func)
+        scalar = bool(name) and (
+            (name in _REDUCTIONS and not tensor.args and isinstance(tensor.func, cst.Attribute))
+            or bool(_SCALAR_NAME.search(name))
+        )
+    else:
+        scalar = bool(_SCALAR_NAME.search(terminal_name(tensor) or ""))
+    return tensor if scalar and ctx.maybe_tensor(tensor) else None
+
+
 # A metric logger (SSD's, VideoMAE's) that reads every value it is handed; MARK takes an expect mark.
 _METRIC_LOGGER = (
     "import torch\n"
@@ -57,7 +86,7 @@ _METRIC_LOGGER = (
 class ItemInStep(Rule):
     code = "LA101"
     name = "item-in-step"
-    summary = "`.item()` / `.tolist()` on a tensor once per step."
+    summary = "`.item()` / `.tolist()` (or PyTorch 0.3's `loss.data[0]`) on a tensor once per step."
     message = "`.item()` copies a GPU value to the host: the CPU stalls until the GPU drains, once per step"
     suggestion = (
         "keep the running value on the device (`total += loss.detach()`) and call `.item()` only at the "
@@ -69,6 +98,9 @@ class ItemInStep(Rule):
         "`correct += (pred == y).sum().item()` and progress bars such as `pbar.set_postfix(loss=loss.item())`, "
         "and the `.item()` hidden in a gradient scaler: `scaler.get_scale()` and `loss_scaler.state_dict()` "
         "(as DeiT and MAE log `loss_scaler.state_dict()[\"scale\"]` every step). "
+        "In code written for PyTorch 0.3 and earlier, `loss.data[0]` was the same read; it is flagged where the "
+        "value is one number by its name (`loss`, `correct`, `mse`, `acc`) or its making (`F.mse_loss(...)`, "
+        "`x.sum()`), not where `.data[0]` takes a batch's first row (`out.data[0].numpy()`). "
         "Calls under a periodic guard (`if step % log_interval == 0:`) and calls on NumPy values are not "
         "flagged. The reads of one step (one loop body or per-step function body) are one finding, at the "
         "first, naming the lines of the others: they are fixed together, by stacking the values and reading "
@@ -206,6 +238,13 @@ class ItemInStep(Rule):
         "    if step % 10 == 0:\n"
         "        loss_value = loss.item()\n"
         "    metric_logger.record(loss=loss_value, lr=optimizer.param_groups[0]['lr'])\n",
+        # `.data[0]` of an output is its first image, handed on as an array: no read.
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for x in loader:\n"
+        "    fake = model(x.cuda(non_blocking=True))\n"
+        "    images.append(tensor2im(fake.data[0]))\n"
+        "    first = fake.data[0].cpu()\n",
         # The scaler's state saved once per epoch, in a checkpoint, is fine; so is the first few steps' look.
         "import torch\n"
         "scaler = torch.cuda.amp.GradScaler()\n"
@@ -301,6 +340,19 @@ class ItemInStep(Rule):
         "    loss.backward()\n"
         "    optimizer.step()\n"
         "    pbar.set_postfix(loss=loss.item())  # expect: LA101\n",
+        # PyTorch 0.3's scalar read: the loss was a one-element tensor and `.data[0]` its `.item()`.
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "from torch.autograd import Variable\n"
+        "model = Net().cuda()\n"
+        "for data, target in train_loader:\n"
+        "    data, target = Variable(data.cuda()), Variable(target.cuda())\n"
+        "    output = model(data)\n"
+        "    loss = F.nll_loss(output, target)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    losses.append(loss.data[0])  # expect: LA101\n"
+        "    mse.append(F.mse_loss(output, target).data[0])  # related: LA101\n",
         # A Lightning step hook runs once per step on the accelerator.
         "import torch\n"
         "import lightning as L\n"
@@ -313,9 +365,22 @@ class ItemInStep(Rule):
     )
 
     confirmed_by = ("LA601",)
-    node_types = (cst.Call,)
+    node_types = (cst.Call, cst.Subscript)
 
     def check(self, node, ctx):
+        if isinstance(node, cst.Subscript):
+            if _legacy_read(node, ctx) is not None:
+                yield Report(
+                    node,
+                    f"`{ctx.source(node)}` is PyTorch 0.3's `.item()`: it copies a GPU value to the host, and the CPU "
+                    "stalls until the GPU drains, once per step",
+                    group=_reads_in_step(node, ctx),
+                    suggestion=(
+                        "since PyTorch 0.4 a loss is a 0-dim tensor and `.data[0]` raises: keep the running value on "
+                        "the device (`total += loss.detach()`) and call `.item()` only at the log interval"
+                    ),
+                )
+            return
         scaler = ctx.method_call(node, "get_scale", "state_dict")
         if scaler is not None and _is_grad_scaler(scaler, ctx):
             yield Report(

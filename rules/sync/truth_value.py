@@ -33,7 +33,9 @@ class TensorTruthValueInStep(Rule):
     what_it_flags = (
         "A CUDA tensor turned into a Python value in code that runs once per step: the test of `if`, "
         "`while`, `assert` and conditional expressions; the operands of `and`/`or`/`not`; "
-        "`float(t)`, `int(t)`, `bool(t)`; a `math` function applied to a tensor (`math.exp(loss)`). "
+        "`float(t)`, `int(t)`, `bool(t)`; a `math` function applied to a tensor (`math.exp(loss)`); Python's "
+        "`max()`/`min()` of a tensor and another value (`N = max(num_pos.sum().float(), 1)`, which compares "
+        "them with `<`). "
         "Comparisons count when a side is a tensor (`if loss < best_loss`, `if mask.sum() > 0`), and so do "
         "tensor predicates (`if torch.isnan(loss).any()`). Only expressions that are shown to be tensors are "
         "flagged; shapes (`x.shape[0] > 0`), `is None` checks and Python numbers are not."
@@ -149,6 +151,7 @@ class TensorTruthValueInStep(Rule):
         "    optimizer.step()\n"
         "    history.append(float(loss))  # expect: LA103\n"
         "    ppl = math.exp(loss)  # expect: LA103\n"
+        "    n = max((y.to(device) > 0).sum().float(), 1)  # expect: LA103\n"
         "    assert torch.isfinite(loss).all()  # expect: LA103\n",
     )
 
@@ -190,6 +193,18 @@ class TensorTruthValueInStep(Rule):
                 yield Report(
                     node, f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step",
                     suggestion=None if func.value == "bool" else self._KEEP_ON_DEVICE,
+                )
+            return
+        if isinstance(func, cst.Name) and func.value in ("max", "min") and ctx.qualified_name(func) is None:
+            # `N = max(num_pos.sum().float(), 1)` (SSD's loss): Python compares the two with `<`,
+            # and the comparison's truth value is read on the host
+            if len(positional) >= 2 and any(ctx.is_tensor(arg) for arg in positional):
+                bound = "min" if func.value == "max" else "max"
+                yield Report(
+                    node,
+                    f"`{func.value}()` compares a tensor with Python's `<`: the truth value is read on the host, so "
+                    "the CPU stalls until the GPU drains, once per step",
+                    suggestion=f"clamp on the device: `t.clamp({bound}=1)` keeps the result a tensor",
                 )
             return
         qualified = ctx.qualified_name(func) or ""
