@@ -20,7 +20,7 @@ import libcst as cst
 
 from .module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, loop_within, named_param
 from .names import dotted_name, terminal_name
-from .patterns import calls_a_model, next_of, param_default, unwrap_iterable
+from .patterns import BATCH_FETCH, calls_a_model, next_of, param_default, unwrap_iterable
 from .stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
 from .walk import Containment
 
@@ -134,6 +134,8 @@ _TORCH_CREATION = frozenset({
 })
 # Methods that read a value out of a collection of tensors (a batch dict): `inputs.pop("labels")`.
 _CONTAINER_METHODS = frozenset({"pop", "get"})
+# Containers of settings: what `.get(...)` reads from them is an option, not a tensor.
+_SETTINGS_NAME = re.compile(r"(?i)(^|_)(kwargs|opt|opts|args|config|cfg|conf|params|hparams|hps|settings|options)$")
 # Parameters of framework step hooks that hold the batch, already moved to the device by the framework.
 _HOOK_BATCH_PARAMS = frozenset({"batch", "inputs", "input", "data", "sample", "samples"})
 # Methods of an nn.Module that iterate its tensors (named_*: (name, tensor) pairs).
@@ -611,6 +613,10 @@ class TensorInference:
             kind = self.kind(value, scope, depth)
             if kind is Kind.UNKNOWN and binding.kind == "value" and self._indexed_sample(value, binding.loop):
                 return Kind.HOST_TENSOR  # `data = dataset[i]` in a step loop over `range(len(dataset))`
+            if kind in (Kind.UNKNOWN, Kind.NOT_TENSOR) and binding.kind == "value" and self._draws_batch(value, binding.loop):
+                # `data = loader.get_batch("train")` in a step loop that trains: the batch, on the host,
+                # whatever container holds it (a dict of arrays and tensors is "no tensor" as a whole)
+                return Kind.HOST_TENSOR
             return kind
         if binding.kind == "element":
             if isinstance(value, cst.Call):
@@ -639,11 +645,17 @@ class TensorInference:
 
     def _draws_batch(self, value: cst.BaseExpression, loop: LoopInfo | None) -> bool:
         """`batch, cond = next(self.data)` in a step loop that trains: whatever the iterator is
-        called, each pass draws the step's batch from it (consistency models' `run_loop`)."""
+        called, each pass draws the step's batch from it (consistency models' `run_loop`). A call
+        named for it draws one in any step loop, training or evaluating (`data =
+        loader.get_batch(split)`, self-critical.pytorch's loader)."""
+        if loop is None or not self.steps.is_step_loop(loop):
+            return False
+        if isinstance(value, cst.Call) and next_of(value) is None and BATCH_FETCH.match(terminal_name(value.func) or ""):
+            return True
         iterator = next_of(value)
         if iterator is None or _NOT_BATCHES.search(terminal_name(iterator) or ""):
             return False
-        return loop is not None and self.steps.is_step_loop(loop) and self.steps.loop_trains(loop)
+        return self.steps.loop_trains(loop)
 
     def _indexed_sample(self, value: cst.BaseExpression, loop: LoopInfo | None) -> bool:
         """`dataset[i]` where the step loop walks `dataset` by index (stepmodel.walks_data): a sample
@@ -698,7 +710,28 @@ class TensorInference:
             return Kind.HOST_TENSOR
         if self.kind(iterable, scope, depth) is Kind.HOST_TENSOR:
             return Kind.HOST_TENSOR  # the rows of a host tensor (or the items of a list of them)
+        if isinstance(iterable, cst.Name):
+            return self._written_list_kind(iterable, scope, depth)
         return Kind.UNKNOWN
+
+    def _written_list_kind(self, iterable: cst.Name, scope: Scope, depth: int) -> Kind:
+        """`for _ in tmp` after `tmp = [data["fc_feats"], data["labels"]]` (self-critical.pytorch): the
+        items of a list written out are its elements; a comprehension rebinding the name from itself
+        (`tmp = [_.cuda() for _ in tmp]`) keeps what it walks."""
+        found = scope.lookup(iterable.value)
+        if not found or depth > 8:
+            return Kind.UNKNOWN
+        written = [b for b in found[0] if b.kind == "value" and isinstance(b.value, (cst.List, cst.Tuple))]
+        rebuilt = [
+            b for b in found[0] if b.kind == "value" and isinstance(b.value, (cst.ListComp, cst.GeneratorExp))
+            and self._contains.holds(b.value, iterable)
+        ]
+        if not written or len(written) + len(rebuilt) != len(found[0]):
+            return Kind.UNKNOWN
+        return _merge([
+            self.kind(element.value, b.scope, depth + 1) for b in written for element in b.value.elements[:6]
+            if not isinstance(element, cst.StarredElement)
+        ])
 
     def _batch_part_on_host(self, iterable: cst.Name, scope: Scope, depth: int = 6) -> bool:
         """Is the name iterated here bound only by loops and unpacking to host tensors? A binding
@@ -931,6 +964,8 @@ class TensorInference:
             method = func.attr.value
             if method in _NON_TENSOR_METHODS:
                 return Kind.NOT_TENSOR
+            if method == "get" and _SETTINGS_NAME.search(terminal_name(func.value) or ""):
+                return Kind.NOT_TENSOR  # `eval_kwargs.get('verbose_loss', 1)`: a setting, whatever it is called
             if method in _TENSOR_METHODS or method in _CONTAINER_METHODS:
                 receiver = self.kind(func.value, scope, depth - 1)
                 if receiver not in (Kind.TENSOR, Kind.HOST_TENSOR):

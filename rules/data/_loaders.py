@@ -221,19 +221,34 @@ def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool
     name = terminal_name(expr)
     if name is None:
         return False
-    if isinstance(expr, cst.Attribute) and ctx.qualified_name(expr) is not None:
-        return False  # `torch.float16`, `torch.long`: a dtype
+    if isinstance(expr, cst.Attribute) and (ctx.qualified_name(expr) or "").split(".", 1)[0] in ("torch", "numpy"):
+        return False  # `torch.float16`, `torch.long`: a dtype (an imported settings object's `cfg.GLOBAL.DEVICE` is not)
     if depth == 0 and ctx.kind(expr) is Kind.TENSOR:
         return True  # `.to(local_losses)`: to the device (and dtype) of a tensor on the GPU
     if isinstance(expr, cst.Name) and depth < 2:
         found = ctx.scope.lookup(expr.value)
         if found and found[0]:
             values = [b.value for b in found[0] if b.kind == "value"]
-            if values and all(isinstance(v, (cst.SimpleString, cst.Call)) for v in values):
+            if values and all(isinstance(v, cst.SimpleString) for v in values):
                 # `device = "cpu"` ... `if cuda: device = "cuda"`: a move to it may reach the GPU.
                 return any(_is_device_expression(v, ctx, depth + 1) for v in values)
+            if values and all(isinstance(v, (cst.SimpleString, cst.Call)) for v in values):
+                if any(_is_device_expression(v, ctx, depth + 1) for v in values):
+                    return True
+                # `device = eval_kwargs.get("device", "cuda")`: what the call reads is not known; the
+                # name says what it is (below)
+                if not any(isinstance(v, cst.Call) and _settings_read(v) for v in values):
+                    return False
     lowered = name.lower()
     return any(hint in lowered for hint in _DEVICE_NAME_HINTS) and "dtype" not in lowered and "cpu" not in lowered
+
+
+def _settings_read(call: cst.Call) -> bool:
+    """`opts.get("device", "cuda")`, `kwargs.pop("device")`: a value read from a container of settings."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value in ("get", "pop") and bool(
+        re.search(r"(?i)(kwargs|opt|opts|args|config|cfg|conf|params|settings|options)$", terminal_name(func.value) or "")
+    )
 
 
 def moves_to_device(call: cst.Call, ctx) -> cst.BaseExpression | None:
@@ -467,7 +482,20 @@ def _step_data(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
                 node.value in ctx.steps.drawn_in(binding.loop) or (depth < 3 and _step_data(binding.value, ctx, depth + 1))
             ):
                 return True
+            if binding.kind in ("value", "element") and _fetches_a_batch(binding.value):
+                return True
     return False
+
+
+def _fetches_a_batch(value: cst.BaseExpression) -> bool:
+    """`train_hko_iter.sample(batch_size=batch_size)`, `get_batch(data, i)`: a call in a step loop that
+    hands back one batch of the project's own data (no DataLoader: Precipitation-Nowcasting's
+    NumPy iterator), by its name or by the batch size it is given."""
+    if not isinstance(value, cst.Call):
+        return False
+    if BATCH_FETCH.match(terminal_name(value.func) or ""):
+        return True
+    return any(arg.keyword is not None and arg.keyword.value in ("batch_size", "bs") for arg in value.args)
 
 
 # Reads of a tensor's values on the host: what follows is the model's output, not input data.

@@ -234,6 +234,29 @@ class BlockingBatchCopy(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # self-critical.pytorch: the batch's fields listed, then each moved in a comprehension.
+        "import torch\n"
+        "model = Net().cuda()\n"
+        "for it in range(max_iter):\n"
+        "    data = loader.get_batch('train')\n"
+        "    tmp = [data['fc_feats'], data['att_feats'], data['labels']]\n"
+        "    tmp = [_ if _ is None else _.cuda() for _ in tmp]  # expect: LA202\n"
+        "    fc_feats, att_feats, labels = tmp\n"
+        "    loss = model(fc_feats, att_feats, labels).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
+        # A project's own NumPy iterator hands back a batch (Precipitation-Nowcasting), moved to the
+        # device a settings object names.
+        "import numpy as np\n"
+        "import torch\n"
+        "from config import cfg\n"
+        "model = Net().cuda()\n"
+        "for it in range(max_iterations):\n"
+        "    batch, mask = data_iter.sample(batch_size=batch_size)\n"
+        "    x = torch.from_numpy(batch.astype(np.float32)).to(cfg.GLOBAL.DEVICE)  # expect: LA202\n"
+        "    loss = model(x).mean()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A batch drawn with the iterator's own `next()` method, the Python 2 spelling (monodepth2).
         "import torch\n"
         "class Trainer:\n"
