@@ -613,9 +613,12 @@ class TensorInference:
             kind = self.kind(value, scope, depth)
             if kind is Kind.UNKNOWN and binding.kind == "value" and self._indexed_sample(value, binding.loop):
                 return Kind.HOST_TENSOR  # `data = dataset[i]` in a step loop over `range(len(dataset))`
-            if kind in (Kind.UNKNOWN, Kind.NOT_TENSOR) and binding.kind == "value" and self._draws_batch(value, binding.loop):
-                # `data = loader.get_batch("train")` in a step loop that trains: the batch, on the host,
-                # whatever container holds it (a dict of arrays and tensors is "no tensor" as a whole)
+            if binding.kind == "value" and (
+                kind is Kind.UNKNOWN or (kind is Kind.NOT_TENSOR and next_of(value) is None)
+            ) and self._draws_batch(value, binding.loop):
+                # `data = loader.get_batch("train")` in a step loop: the batch, on the host, whatever
+                # container holds it (a dict of arrays and tensors is "no tensor" as a whole). Not what
+                # `next(fetcher)` hands back when that says more: a fetcher may move the batch itself.
                 return Kind.HOST_TENSOR
             return kind
         if binding.kind == "element":
@@ -650,7 +653,7 @@ class TensorInference:
         loader.get_batch(split)`, self-critical.pytorch's loader)."""
         if loop is None or not self.steps.is_step_loop(loop):
             return False
-        if isinstance(value, cst.Call) and next_of(value) is None and BATCH_FETCH.match(terminal_name(value.func) or ""):
+        if isinstance(value, cst.Call) and next_of(value) is None and _fetches_by_name(value):
             return True
         iterator = next_of(value)
         if iterator is None or _NOT_BATCHES.search(terminal_name(iterator) or ""):
@@ -1102,6 +1105,16 @@ def _merge(kinds: list[Kind]) -> Kind:
     if Kind.HOST_TENSOR in kinds and all(k in (Kind.HOST_TENSOR, Kind.NOT_TENSOR) for k in kinds):
         return Kind.HOST_TENSOR
     return Kind.UNKNOWN
+
+
+def _fetches_by_name(call: cst.Call) -> bool:
+    """`loader.get_batch(split)`, `get_batch("train")`: a call named for fetching a batch (not `.next()`,
+    whose receiver says more: a prefetcher moves the batch to the device itself)."""
+    name = terminal_name(call.func) or ""
+    if name == "next" or not BATCH_FETCH.match(name):
+        return False
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    return receiver is None or not _NOT_BATCHES.search(terminal_name(receiver) or "")
 
 
 def _typed_as_local(call: cst.Call, function) -> bool:

@@ -137,6 +137,12 @@ def _is_variable_wrapper(call: cst.Call, ctx) -> bool:
     return qualified in ("torch.autograd.Variable", "torch.autograd.variable.Variable")
 
 
+def _numpy_random(expr: cst.BaseExpression, ctx) -> bool:
+    """`np.random.permutation(n)`, `np.random.rand(b, 1)`: random numbers the script draws on the host,
+    which `torch.randperm(n, device=...)` / `torch.rand(..., device=...)` would draw on the device."""
+    return isinstance(expr, cst.Call) and (ctx.qualified_name(expr.func) or "").startswith("numpy.random.")
+
+
 def _numpy_constant(expr: cst.BaseExpression, ctx) -> bool:
     """`np.array([1, 0, 0, 0, 1, 0, 0, 0, 1]).astype(np.float32)`: an array written out in the code."""
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "astype":
@@ -180,7 +186,7 @@ def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, as
         data = call.args[0].value if call.args and call.args[0].keyword is None else None
         if data is None or not (
             _is_constant(data) or _is_fill(data) or _is_range(data) or _lists_sizes(data) or _numpy_constant(data, ctx)
-            or _named_constant(data, ctx)
+            or _named_constant(data, ctx) or _numpy_random(data, ctx)
         ):
             return None
     return call
@@ -323,7 +329,9 @@ class CreatedOnHostThenMoved(Rule):
         "is followed through names bound in the same function, indexing, arithmetic with numbers "
         "(`(torch.arange(n) + offset).cuda()`), torch functions of host-made tensors "
         "(`torch.stack(torch.meshgrid(dx, dy)).to(device)`) and helpers of the same module that return one; "
-        "`.type(torch.cuda.FloatTensor)` counts as a move, and `torch.from_numpy(np.array([...]))` of an array written "
+        "`.type(torch.cuda.FloatTensor)` and `.type_as(gpu_tensor)` count as moves; random numbers drawn "
+        "with NumPy (`torch.from_numpy(np.random.permutation(n))`) and a list of sizes "
+        "(`torch.Tensor([w, h, w, h])`) are made by the script; and `torch.from_numpy(np.array([...]))` of an array written "
         "out in the code is a constant too, as is a name in capitals imported or bound at module level "
         "(`torch.as_tensor(IMAGENET_DEFAULT_MEAN).to(device)`). Not flagged: "
         "factories given `pin_memory=True` (host staging on purpose) or a `generator=` (CPU random "
@@ -451,6 +459,15 @@ class CreatedOnHostThenMoved(Rule):
         "    optimizer.step()\n",
     )
     invalid = (
+        # faster-rcnn's sampling: a permutation drawn with NumPy, copied to the boxes' device.
+        "import numpy as np\n"
+        "import torch\n"
+        "for images, gt_boxes in train_loader:\n"
+        "    gt_boxes = gt_boxes.cuda(non_blocking=True)\n"
+        "    rand_num = torch.from_numpy(np.random.permutation(gt_boxes.size(0))).type_as(gt_boxes)  # expect: LA205\n"
+        "    loss = model(images.cuda(non_blocking=True), gt_boxes[rand_num.long()]).sum()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n",
         # A box scale written out from the image's sizes, in a loop over image files (Retinaface's
         # evaluation): built on the host, then copied, for every image.
         "import cv2\n"
@@ -641,7 +658,7 @@ class CreatedOnHostThenMoved(Rule):
     node_types = (cst.Call,)
 
     def check(self, node, ctx):
-        receiver = moves_to_device(node, ctx)
+        receiver = moves_to_device(node, ctx) or _typed_as_device_tensor(node, ctx)
         if receiver is None:
             return
         kept = kept_attribute(receiver, ctx)
@@ -660,7 +677,8 @@ class CreatedOnHostThenMoved(Rule):
             return
         factory = (ctx.qualified_name(creation.func) or "").rsplit(".", 1)[-1]
         data = creation.args[0].value if creation.args else None
-        constant = (factory in _FROM_DATA and not (data is not None and _lists_sizes(data))) or (
+        drawn = factory in _FROM_DATA and data is not None and _numpy_random(data, ctx)
+        constant = (factory in _FROM_DATA and not (data is not None and _lists_sizes(data)) and not drawn) or (
             factory in LEGACY_CONSTRUCTORS and _legacy_constant(creation)
         )
         move = f"`.{node.func.attr.value}(...)`"
@@ -673,7 +691,9 @@ class CreatedOnHostThenMoved(Rule):
                 places=((creation, _BUILT),),
             )
             return
-        if constant:
+        if drawn:
+            fix = "draw the numbers on the device (`torch.randperm(n, device=...)`, `torch.rand(..., device=...)`)"
+        elif constant:
             fix = "create it once, before the loop"
         elif factory in LEGACY_CONSTRUCTORS:
             fix = _legacy_replacement(creation, factory)
@@ -685,6 +705,17 @@ class CreatedOnHostThenMoved(Rule):
             f"copies it to the GPU with a blocking copy, once per step: {fix}",
             places=((creation, _BUILT),),
         )
+
+
+def _typed_as_device_tensor(call: cst.Call, ctx) -> cst.BaseExpression | None:
+    """The receiver of `x.type_as(t)` where `t` is shown to be a device tensor: a copy to its device
+    (faster-rcnn's `torch.from_numpy(np.random.permutation(n)).type_as(gt_boxes)`)."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "type_as" and len(call.args) == 1):
+        return None
+    if call.args[0].keyword is not None or call.args[0].star:
+        return None
+    return func.value if ctx.kind(call.args[0].value) is Kind.TENSOR else None
 
 
 # A tensor built on one line and moved on another: the finding names both, and the fix goes where it is built.
