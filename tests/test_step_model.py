@@ -556,6 +556,24 @@ CASES = {
             boxes = net(x.to(device, non_blocking=True))
             score = boxes.max().item()  # per-step
         """,
+    "a branch that fills a cache the test finds missing runs once, not per step": """
+        import torch
+        model = Net().cuda()
+        scale = None
+        def set_scale(x):
+            global scale
+            scale = model(x).abs().max().item()
+        for x in train_loader:
+            x = x.cuda(non_blocking=True)
+            if scale is None or scale < 0:
+                set_scale(x)
+            if self_stats is None:
+                self_stats = model(x).mean().item()
+            loss = model(x / scale).sum()
+            loss.backward()
+            optimizer.step()
+            seen = loss.item()  # per-step
+        """,
     "a loop over settings written out, reading no file, is no inference step": """
         import torch
         torch.set_grad_enabled(False)

@@ -19,11 +19,12 @@ import itertools
 from dataclasses import dataclass, field
 
 import libcst as cst
+import libcst.matchers as m
 
 from .names import ImportTable, dotted_name, stored_name, string_key, target_names, terminal_name
 from .walk import iter_subtree, walk
 from .options import constant_flag, option_test
-from .patterns import is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call, type_test
+from .patterns import fills_a_cache, is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call, type_test
 
 
 class FrameKind(enum.Enum):
@@ -336,6 +337,7 @@ class _Indexer:
     def __init__(self, index: ModuleIndex, site_types: tuple[type, ...], periodic_names: frozenset[str] = frozenset()) -> None:
         self.periodic_names = periodic_names
         self.index = index
+        self._setters: dict[str, frozenset[str]] | None = None  # _global_setters, once asked
         self.site_types = frozenset(site_types)
         self.frame = index.module_frame
         self.scope = index.module_scope
@@ -390,7 +392,7 @@ class _Indexer:
                 return
             if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
                 node.test, self.function.node if self.function is not None else None
-            ):
+            ) or ("None" in self._test_names(node.test) and fills_a_cache(node, self._global_setters())):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
             if option_test(node.test, self.function.node if self.function is not None else None) is not None or (
@@ -623,6 +625,19 @@ class _Indexer:
     def _visit_with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None and isinstance(node.asname.name, cst.Name):
             self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope, loop=self._here(), block=self.block))
+
+    @staticmethod
+    def _test_names(test: cst.BaseExpression) -> set[str]:
+        return {n.value for n in iter_subtree(test) if isinstance(n, cst.Name)}
+
+    def _global_setters(self) -> dict[str, frozenset[str]]:
+        """Function name -> the globals it declares (`def set_id_grid(depth): global pixel_coords`)."""
+        if self._setters is None:
+            self._setters = {
+                f.name.value: frozenset(n.name.value for g in m.findall(f, m.Global()) for n in g.names)
+                for f in m.findall(self.index.module, m.FunctionDef()) if m.findall(f, m.Global())
+            }
+        return self._setters
 
     def _here(self) -> LoopInfo | None:
         return self.loop if self.loop is not None and self.loop.function is self.function else None

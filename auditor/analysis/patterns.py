@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
+import libcst.matchers as m
 
-from .names import ImportTable, dotted_name, terminal_name
+from .names import ImportTable, dotted_name, stored_name, terminal_name
 from .walk import iter_subtree
 
 if TYPE_CHECKING:
@@ -270,6 +271,29 @@ def _on_by_default(name: str, function: cst.FunctionDef | None) -> bool:
 # Devices other than CUDA, as `torch.device(...).type` names them, and the flags scripts keep for them.
 _OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "mps", "hpu", "mlu", "tpu", "xla", "musa"})
 _OTHER_DEVICE_FLAG = re.compile(r"(?i)^(is|use|on|using)_(cpu|npu|xpu|mps|hpu|mlu|tpu|xla|musa)$")
+
+
+def fills_a_cache(node: cst.If, setters: dict[str, frozenset[str]]) -> bool:
+    """`if pixel_coords is None or pixel_coords.size(2) < h: set_id_grid(depth)` (SfmLearner), `if
+    self.grid is None: self.grid = make_grid(...)`: a branch that fills a cached value the test finds
+    missing. It runs once (or when the shape changes), not once per step. The body must assign the
+    tested name itself, or call a function of the module that sets it as a global (`setters`: function
+    name -> the globals it declares)."""
+    missing = set()
+    for found in m.findall(node.test, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
+        name = stored_name(found.left)
+        if name is not None:
+            missing.add(name)
+    if not missing:
+        return False
+    for statement in m.findall(node.body, m.Assign() | m.AnnAssign()):
+        targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+        if any(stored_name(t) in missing for t in targets):
+            return True
+    for call in m.findall(node.body, m.Call(func=m.Name())):
+        if setters.get(call.func.value, frozenset()) & missing:
+            return True
+    return False
 
 
 def is_other_device_test(test: cst.BaseExpression) -> bool:
