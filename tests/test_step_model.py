@@ -574,6 +574,18 @@ CASES = {
             optimizer.step()
             seen = loss.item()  # per-step
         """,
+    "a parameter defaulting to None is filled on every call that passes none: no cache": """
+        import torch
+        model = Net().cuda()
+        def forward(x, state=None):
+            if state is None:
+                state = model(x).mean().item()  # per-step
+            return model(x).sum() * state
+        for x in train_loader:
+            loss = forward(x.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+        """,
     "a loop over settings written out, reading no file, is no inference step": """
         import torch
         torch.set_grad_enabled(False)

@@ -273,16 +273,18 @@ _OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "mps", "hpu", "mlu", "tpu", "xl
 _OTHER_DEVICE_FLAG = re.compile(r"(?i)^(is|use|on|using)_(cpu|npu|xpu|mps|hpu|mlu|tpu|xla|musa)$")
 
 
-def fills_a_cache(node: cst.If, setters: dict[str, frozenset[str]]) -> bool:
+def fills_a_cache(node: cst.If, setters: dict[str, frozenset[str]], params: frozenset[str] = frozenset()) -> bool:
     """`if pixel_coords is None or pixel_coords.size(2) < h: set_id_grid(depth)` (SfmLearner), `if
     self.grid is None: self.grid = make_grid(...)`: a branch that fills a cached value the test finds
     missing. It runs once (or when the shape changes), not once per step. The body must assign the
     tested name itself, or call a function of the module that sets it as a global (`setters`: function
-    name -> the globals it declares)."""
+    name -> the globals it declares). A parameter defaulting to None is no cache: `if states is None:
+    states = torch.zeros(...)` builds it anew on every call that passes none (`params`: the enclosing
+    function's parameters)."""
     missing = set()
     for found in m.findall(node.test, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
         name = stored_name(found.left)
-        if name is not None:
+        if name is not None and name not in params:
             missing.add(name)
     if not missing:
         return False
