@@ -19,7 +19,6 @@ import itertools
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
 
 from .names import ImportTable, dotted_name, stored_name, string_key, target_names, terminal_name
 from .walk import iter_subtree, walk
@@ -392,7 +391,7 @@ class _Indexer:
                 return
             if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
                 node.test, self.function.node if self.function is not None else None
-            ) or ("None" in self._test_names(node.test) and fills_a_cache(node, self._global_setters(), self._params())):
+            ) or ("None" in self._test_names(node.test) and fills_a_cache(node, self._global_setters, self._params())):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
             if option_test(node.test, self.function.node if self.function is not None else None) is not None or (
@@ -640,10 +639,14 @@ class _Indexer:
     def _global_setters(self) -> dict[str, frozenset[str]]:
         """Function name -> the globals it declares (`def set_id_grid(depth): global pixel_coords`)."""
         if self._setters is None:
-            self._setters = {
-                f.name.value: frozenset(n.name.value for g in m.findall(f, m.Global()) for n in g.names)
-                for f in m.findall(self.index.module, m.FunctionDef()) if m.findall(f, m.Global())
-            }
+            self._setters = {}
+            for found in iter_subtree(self.index.module):
+                if isinstance(found, cst.FunctionDef):
+                    declared = frozenset(
+                        n.name.value for g in iter_subtree(found.body) if isinstance(g, cst.Global) for n in g.names
+                    )
+                    if declared:
+                        self._setters[found.name.value] = declared
         return self._setters
 
     def _here(self) -> LoopInfo | None:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
-import libcst.matchers as m
 
 from .names import ImportTable, dotted_name, stored_name, terminal_name
 from .walk import iter_subtree
@@ -273,29 +272,38 @@ _OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "mps", "hpu", "mlu", "tpu", "xl
 _OTHER_DEVICE_FLAG = re.compile(r"(?i)^(is|use|on|using)_(cpu|npu|xpu|mps|hpu|mlu|tpu|xla|musa)$")
 
 
-def fills_a_cache(node: cst.If, setters: dict[str, frozenset[str]], params: frozenset[str] = frozenset()) -> bool:
+def fills_a_cache(node: cst.If, setters, params: frozenset[str] = frozenset()) -> bool:
     """`if pixel_coords is None or pixel_coords.size(2) < h: set_id_grid(depth)` (SfmLearner), `if
     self.grid is None: self.grid = make_grid(...)`: a branch that fills a cached value the test finds
     missing. It runs once (or when the shape changes), not once per step. The body must assign the
-    tested name itself, or call a function of the module that sets it as a global (`setters`: function
-    name -> the globals it declares). A parameter defaulting to None is no cache: `if states is None:
-    states = torch.zeros(...)` builds it anew on every call that passes none (`params`: the enclosing
-    function's parameters)."""
+    tested name itself, or call a function of the module that sets it as a global (`setters()`:
+    function name -> the globals it declares, asked only then). A parameter defaulting to None is no
+    cache: `if states is None: states = torch.zeros(...)` builds it anew on every call that passes
+    none (`params`: the enclosing function's parameters)."""
     missing = set()
-    for found in m.findall(node.test, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
-        name = stored_name(found.left)
-        if name is not None and name not in params:
-            missing.add(name)
+    for found in iter_subtree(node.test):
+        if (
+            isinstance(found, cst.Comparison) and len(found.comparisons) == 1
+            and isinstance(found.comparisons[0].operator, cst.Is)
+            and isinstance(found.comparisons[0].comparator, cst.Name) and found.comparisons[0].comparator.value == "None"
+        ):
+            name = stored_name(found.left)
+            if name is not None and name not in params:
+                missing.add(name)
     if not missing:
         return False
-    for statement in m.findall(node.body, m.Assign() | m.AnnAssign()):
-        targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
-        if any(stored_name(t) in missing for t in targets):
-            return True
-    for call in m.findall(node.body, m.Call(func=m.Name())):
-        if setters.get(call.func.value, frozenset()) & missing:
-            return True
-    return False
+    called = []
+    for found in iter_subtree(node.body):
+        if isinstance(found, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in found.targets] if isinstance(found, cst.Assign) else [found.target]
+            if any(stored_name(t) in missing for t in targets):
+                return True
+        elif isinstance(found, cst.Call) and isinstance(found.func, cst.Name):
+            called.append(found.func.value)
+    if not called:
+        return False
+    known = setters()
+    return any(known.get(name, frozenset()) & missing for name in called)
 
 
 def is_other_device_test(test: cst.BaseExpression) -> bool:
