@@ -391,7 +391,7 @@ class _Indexer:
                 return
             if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
                 node.test, self.function.node if self.function is not None else None
-            ) or ("None" in self._test_names(node.test) and fills_a_cache(node, self._global_setters, self._params())):
+            ) or fills_a_cache(node, self._global_setters, self.scope.params):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
             if option_test(node.test, self.function.node if self.function is not None else None) is not None or (
@@ -624,17 +624,6 @@ class _Indexer:
     def _visit_with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None and isinstance(node.asname.name, cst.Name):
             self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope, loop=self._here(), block=self.block))
-
-    @staticmethod
-    def _test_names(test: cst.BaseExpression) -> set[str]:
-        return {n.value for n in iter_subtree(test) if isinstance(n, cst.Name)}
-
-    def _params(self) -> frozenset[str]:
-        """The parameters of the function being walked."""
-        if self.function is None:
-            return frozenset()
-        params = self.function.node.params
-        return frozenset(p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params))
 
     def _global_setters(self) -> dict[str, frozenset[str]]:
         """Function name -> the globals it declares (`def set_id_grid(depth): global pixel_coords`)."""

@@ -272,7 +272,7 @@ _OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "mps", "hpu", "mlu", "tpu", "xl
 _OTHER_DEVICE_FLAG = re.compile(r"(?i)^(is|use|on|using)_(cpu|npu|xpu|mps|hpu|mlu|tpu|xla|musa)$")
 
 
-def fills_a_cache(node: cst.If, setters, params: frozenset[str] = frozenset()) -> bool:
+def fills_a_cache(node: cst.If, setters, params: set[str] | frozenset[str] = frozenset()) -> bool:
     """`if pixel_coords is None or pixel_coords.size(2) < h: set_id_grid(depth)` (SfmLearner), `if
     self.grid is None: self.grid = make_grid(...)`: a branch that fills a cached value the test finds
     missing. It runs once (or when the shape changes), not once per step. The body must assign the

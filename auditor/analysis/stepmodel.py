@@ -199,10 +199,11 @@ class StepModel:
         self._by_name: dict[int, bool] = {}  # id(call) -> whether it resolves by the method's name
         self._options: dict[tuple[int, int], tuple[str, ...]] = {}  # option_params, by function and depth
         self._device_placed: set[int] | None = None  # device_placed_loops, once asked
+        self._drawn: dict[int, set[str]] = {}  # drawn_in, per loop
+        self._handed: dict[int, list[FunctionInfo]] = {}  # _handed_functions, per call
+        self._grad_statement: bool | None = None  # _grad_off_by_statement, once asked
         self._entered: dict[int, str] = self._entered_from_elsewhere()
         # qualname -> whether every call of it from other modules runs with autograd off
-        self._drawn: dict[int, set[str]] = {}  # drawn_in, per loop
-        self._grad_statement: bool | None = None  # _grad_off_by_statement, once asked
         self._grad_off_elsewhere: dict[str, bool] = dict(facts.grad_off_callers) if facts is not None else {}
         self._engine_hooks: dict[int, str] = self._find_engine_hooks()
         for site in index.calls:
@@ -322,7 +323,14 @@ class StepModel:
         return isinstance(func, cst.Name) and func.value in self._functions_by_name
 
     def _handed_functions(self, site: CallSite) -> list[FunctionInfo]:
-        """This module's functions and methods among the callables a call hands over (`_handed_callables`)."""
+        """This module's functions and methods among the callables a call hands over (`_handed_callables`).
+        Asked for every call site whose autograd mode or arguments are wanted: answered once per call."""
+        cached = self._handed.get(id(site.call))
+        if cached is None:
+            cached = self._handed[id(site.call)] = self._find_handed_functions(site)
+        return cached
+
+    def _find_handed_functions(self, site: CallSite) -> list[FunctionInfo]:
         found: list[FunctionInfo] = []
         for value, method in self._handed_callables(site):
             if isinstance(value, cst.Name):
@@ -1617,7 +1625,9 @@ class StepModel:
                 if (self.index.imports.qualify(site.call.func) or dotted_name(site.call.func) or "")
                 in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled")
             ]
-            statements = {id(e.value) for e in _bare_calls(self.index.module)} if switches else set()
+            statements = (
+                {id(node.value) for node in iter_subtree(self.index.module) if isinstance(node, cst.Expr)} if switches else set()
+            )
             settings = [literal(call.args[0].value) if call.args else None for call in switches if id(call) in statements]
             self._grad_statement = bool(settings) and all(setting is False for setting in settings)
         return self._grad_statement
@@ -2037,19 +2047,6 @@ def _walks_written_out(loop: LoopInfo) -> bool:
     in [0.5, 0.7, 1.0]`: a few settings, not data)?"""
     walked = unwrap_iterable(loop.node.iter)  # type: ignore[union-attr]
     return not walked or any(isinstance(expr, (cst.List, cst.Tuple, cst.Set, cst.Dict)) for expr in walked)
-
-
-def _bare_calls(module: cst.Module) -> list[cst.Expr]:
-    """The calls made as statements of their own (`torch.set_grad_enabled(False)`)."""
-    found = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Expr(self, node: cst.Expr) -> None:
-            if isinstance(node.value, cst.Call):
-                found.append(node)
-
-    module.visit(Finder())
-    return found
 
 
 def _drawn_in(loop: LoopInfo) -> set[str]:

@@ -1126,10 +1126,8 @@ def _typed_as_local(call: cst.Call, function) -> bool:
     other = call.args[0].value
     if not isinstance(other, cst.Name):
         return False
-    params = function.node.params
-    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
-    found = function.scope.lookup(other.value)
-    return other.value in names or (found is not None and found[1] is function.scope)
+    found = function.scope.lookup(other.value)  # (a parameter is found in the function's own scope too)
+    return found is not None and found[1] is function.scope
 
 
 def _is_cpu_literal(expr: cst.BaseExpression) -> bool:
