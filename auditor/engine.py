@@ -30,11 +30,15 @@ from .finding import Edit, Finding, FixInfo, Location, Related, rule_url
 from .analysis.module_index import ModuleIndex, build_index
 from .origins import LineMarks, LineResolver
 from .plain_data import from_plain, to_plain
-from .positions import Positions, print_rewritten, source_lines
+from .analysis.lines import source_lines
+from .positions import Positions, print_rewritten
 from .python_check import Refusal, python_refusal, too_complex_for_python
 from .form_feeds import without_leading_form_feeds
 from .grouping import one_finding_per_problem
-from .analysis.project import MAX_ROUNDS, ModuleSummary, ProjectFacts, ProjectLayout, TextFacts, derive_facts, marked_folders, summarize
+from .analysis.cross_module import ModuleSummary, ProjectFacts
+from .analysis.derivation import MAX_ROUNDS, derive_facts
+from .analysis.layout import ProjectLayout, TextFacts, marked_folders
+from .analysis.summarize import summarize
 from .prefilter import may_contain_findings
 from .rule import Fix, Group, Report, Rule
 from .analysis.stepmodel import StepModel, StepReason

@@ -22,7 +22,7 @@ import libcst as cst
 from .atomic import write_atomically
 from .engine import ScanOptions, analyze_text
 from .finding import Finding
-from .analysis.project import ProjectFacts
+from .analysis.cross_module import ProjectFacts
 
 MAX_PASSES = 8
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .positions import NEWLINE
+from .analysis.lines import NEWLINE
 
 # Leading whitespace holding a form feed, up to and including the last one, before something other
 # than the end of the line.

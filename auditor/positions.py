@@ -16,7 +16,6 @@ with the rewrite, in place of its text (engine.py).
 from __future__ import annotations
 
 import bisect
-import re
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,22 +26,8 @@ from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from .analysis.lines import line_starts
 from .analysis.walk import parent_map
-
-NEWLINE = re.compile(r"\r\n|\r|\n")  # a line break as Python and libcst read one
-
-
-def source_lines(text: str) -> list[str]:
-    """The text's lines, broken where Python breaks them (as line_starts), without their ends."""
-    lines = NEWLINE.split(text)
-    return lines[:-1] if lines[-1] == "" else lines
-
-
-def line_starts(text: str) -> list[int]:
-    """Offset of each line's first character, with libcst's idea of a line break (not str.splitlines',
-    which also breaks at form feeds and other separators)."""
-    return [0, *(match.end() for match in NEWLINE.finditer(text))]
-
 
 @dataclass(frozen=True)
 class Placed:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .discovery import SourceFile, discover
-from .analysis.project import REPOSITORY_MARKERS, ProjectLayout
+from .analysis.layout import REPOSITORY_MARKERS, ProjectLayout
 
 # A project with more Python files than this is not analysed as context: a cold scan of it would
 # cost a pre-commit run tens of seconds.

@@ -13,7 +13,7 @@ from loopaudit import cache as cache_module
 from loopaudit.cache import FOLDER_NAME, ResultCache
 from loopaudit import engine
 from loopaudit.engine import analyze_many
-from loopaudit.analysis.project import ProjectLayout
+from loopaudit.analysis.layout import ProjectLayout
 
 from .conftest import loopaudit_command, run_cli
 from .test_project import CUDA_TRAINING, OPTIONS, PROJECTS, write_project

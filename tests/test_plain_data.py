@@ -10,7 +10,7 @@ import pytest
 from loopaudit.engine import Outcome, ScanResult, analyze_file, analyze_many
 from loopaudit.finding import Finding
 from loopaudit.plain_data import InvalidData, from_plain, to_plain
-from loopaudit.analysis.project import ModuleSummary, ProjectFacts
+from loopaudit.analysis.cross_module import ModuleSummary, ProjectFacts
 
 from .test_project import OPTIONS, PROJECTS, write_project
 

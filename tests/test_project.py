@@ -1033,7 +1033,7 @@ def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
     (diffusers/src/diffusers/) and a clone in a folder named like a package all count; a user's own
     package, in src/ or not, a src/ that is itself a package, and a project's own folder named like a
     library (melgan's datasets/) do not."""
-    from loopaudit.analysis.project import ProjectLayout
+    from loopaudit.analysis.layout import ProjectLayout
 
     files = [
         "site-packages/torch/__init__.py", "site-packages/torch/nn/__init__.py", "site-packages/torch/nn/linear.py",
@@ -1125,7 +1125,7 @@ def test_a_scan_of_several_repositories_runs_each_ones_models_by_its_own_trainin
 def test_repositories_are_the_outermost_marked_folders_below_the_scan(tmp_path):
     """A CUDA extension with a setup.py of its own inside a repository stays part of it; a scan of
     one repository is one project."""
-    from loopaudit.analysis.project import ProjectLayout
+    from loopaudit.analysis.layout import ProjectLayout
 
     files = ["a/train.py", "a/models/ops/setup_helpers.py", "a/models/net.py", "b/lib/model.py", "loose.py"]
     for name in files:

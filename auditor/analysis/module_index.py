@@ -385,7 +385,7 @@ class _Indexer:
             if checked is not None:
                 self.index.tensor_checks[id(node.body)] = checked
             if (
-                is_periodic_test(node.test, self.loop, self.periodic_names) or self._periodic_flag(node.test)
+                is_periodic_test(node.test, self.loop and self.loop.node, self.periodic_names) or self._periodic_flag(node.test)
             ) and not _dispatches_on_index(node, self._chains.get(id(node), [])):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
@@ -430,7 +430,7 @@ class _Indexer:
             return False
         bindings = self.scope.assignments.get(test.value, [])
         return bool(bindings) and all(
-            b.kind == "value" and is_periodic_test(b.value, self.loop, self.periodic_names) for b in bindings
+            b.kind == "value" and is_periodic_test(b.value, self.loop and self.loop.node, self.periodic_names) for b in bindings
         )
 
     def _option_chain(self, chain: list[cst.If]) -> bool:

@@ -130,3 +130,12 @@ def stored_name(expr: cst.BaseExpression) -> str | None:
     if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
         return "self." + expr.attr.value
     return None
+
+
+def param_default(function: cst.FunctionDef | None, name: str) -> cst.BaseExpression | None:
+    """The default `function` declares for its parameter `name` (None: no such parameter or no default)."""
+    if function is None:
+        return None
+    params = function.params
+    found = (p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name)
+    return next((p.default for p in found), None)

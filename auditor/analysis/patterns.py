@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from .names import ImportTable, dotted_name, stored_name, terminal_name
+from .names import ImportTable, dotted_name, param_default, stored_name, terminal_name
 from .walk import iter_subtree
 
-if TYPE_CHECKING:
-    from .module_index import LoopInfo
 
 # `optimizer.step()`, `opt_g.step()`, `self.optim.step()`, `scaler.step(optimizer)`; not a scheduler.
 _OPTIMIZER_NAME = re.compile(r"(?i)(optim|^opt(_|$)|_opt$|^opt\d|scaler)")
@@ -157,14 +154,14 @@ def _is_step_counter(expr: cst.BaseExpression, loop_variables: set[str]) -> bool
     return name in loop_variables or bool(STEP_VARIABLE.match(name)) or bool(_EPOCH.search(name))
 
 
-def is_periodic_test(test: cst.BaseExpression, loop: LoopInfo | None, extra_names: frozenset[str] = frozenset()) -> bool:
+def is_periodic_test(test: cst.BaseExpression, loop: cst.For | cst.While | None, extra_names: frozenset[str] = frozenset()) -> bool:
     """Is `if <test>:` a guard that lets its body run only every so often?
 
     Periodic: a modulo (`step % log_interval == 0`, `not (i + 1) % N`), an equality with a step
     counter (`if step == 0`, `if i == len(loader) - 1`), an interval-like name
     (`if should_log`, `if step_in_interval`), or a wall-clock check (`if time.time() - t0 > 60`).
     """
-    loop_variables = loop_target_names(loop.node) if loop is not None else set()
+    loop_variables = loop_target_names(loop) if loop is not None else set()
     for n in iter_subtree(test):
         if isinstance(n, cst.BinaryOperation):
             if isinstance(n.operator, cst.Modulo) and not isinstance(
@@ -248,15 +245,6 @@ def is_debug_test(test: cst.BaseExpression, function: cst.FunctionDef | None = N
         name = terminal_name(test)
         return name is not None and _DEBUG_FLAG.match(name) is not None
     return False
-
-
-def param_default(function: cst.FunctionDef | None, name: str) -> cst.BaseExpression | None:
-    """The default `function` declares for its parameter `name` (None: no such parameter or no default)."""
-    if function is None:
-        return None
-    params = function.params
-    found = (p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name)
-    return next((p.default for p in found), None)
 
 
 def _on_by_default(name: str, function: cst.FunctionDef | None) -> bool:

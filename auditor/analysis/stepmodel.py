@@ -28,7 +28,7 @@ from .module_index import (
     loop_within,
 )
 from .options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
-from .project import ProjectFacts
+from .cross_module import ProjectFacts
 from .names import dotted_name, stored_name, string_key, terminal_name
 from .walk import iter_subtree
 from .patterns import (

@@ -20,7 +20,8 @@ import libcst as cst
 
 from .module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, loop_within, named_param
 from .names import dotted_name, terminal_name
-from .patterns import BATCH_FETCH, calls_a_model, next_of, param_default, unwrap_iterable
+from .names import param_default
+from .patterns import BATCH_FETCH, calls_a_model, next_of, unwrap_iterable
 from .stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
 from .walk import Containment
 
