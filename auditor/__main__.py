@@ -1,3 +1,3 @@
-from loopaudit.cli import main
+from loopaudit.commands.cli import main
 
 main()

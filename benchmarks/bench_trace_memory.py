@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time and peak memory of `loopaudit analyze` on traces that expand to 2 GiB.
 
-The trace reader streams the file (auditor/profiling/trace_stream.py), so what `analyze` holds is
+The trace reader streams the file (auditor/profiling/in_loopaudit/trace_stream.py), so what `analyze` holds is
 bounded by what it keeps, not by the size of the file; the target is under 500 MB for any input.
 Each case is written as gzip to a temporary folder and analysed in a fresh process, whose peak RSS
 comes from os.wait4:

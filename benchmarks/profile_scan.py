@@ -15,9 +15,9 @@ import time
 
 import libcst as cst
 
-import loopaudit.engine as engine
-from loopaudit.collector import own_collector
-from loopaudit.cli import app
+import loopaudit.scan.engine as engine
+from loopaudit.scan.collector import own_collector
+from loopaudit.commands.cli import app
 
 seconds: collections.Counter = collections.Counter()
 calls: collections.Counter = collections.Counter()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.engine import ScanOptions, analyze_text
-from loopaudit.finding import Finding
-from loopaudit.registry import all_rules, select_rules
+from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.findings.finding import Finding
+from loopaudit.rule_api.registry import all_rules, select_rules
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

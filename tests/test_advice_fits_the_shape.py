@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from loopaudit.engine import ScanOptions, analyze_text
-from loopaudit.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import run_cli
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.finding import Finding, Location
-from loopaudit.fingerprint import fingerprints
+from loopaudit.findings.finding import Finding, Location
+from loopaudit.findings.fingerprint import fingerprints
 
 from .conftest import run_cli
 

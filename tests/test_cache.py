@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit import cache as cache_module
-from loopaudit.cache import FOLDER_NAME, ResultCache
-from loopaudit import engine
-from loopaudit.engine import analyze_many
+from loopaudit.scan import cache as cache_module
+from loopaudit.scan.cache import FOLDER_NAME, ResultCache
+from loopaudit.scan import engine
+from loopaudit.scan.engine import analyze_many
 from loopaudit.analysis.layout import ProjectLayout
 
 from .conftest import loopaudit_command, run_cli

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.registry import all_rules
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import run_cli
 

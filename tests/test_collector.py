@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from loopaudit import collector
+from loopaudit.scan import collector
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -28,9 +28,9 @@ def test_a_project_scan_leaves_no_cycle_frozen():
     rule that kept an index in a module-level table would leave that index and its tree here."""
     output = _python(f"""
         import gc, glob
-        from loopaudit import collector
-        from loopaudit.engine import ScanOptions, analyze_many
-        from loopaudit.registry import all_rules
+        from loopaudit.scan import collector
+        from loopaudit.scan.engine import ScanOptions, analyze_many
+        from loopaudit.rule_api.registry import all_rules
 
         collector.own_collector()
         collector.FULL_COLLECTION_EVERY = 10**12  # no full collection to hide a leak
@@ -50,7 +50,7 @@ def test_a_project_scan_leaves_no_cycle_frozen():
 def test_a_cycle_frozen_by_a_parse_is_collected_at_the_next_full_collection():
     output = _python("""
         import gc, weakref
-        from loopaudit import collector
+        from loopaudit.scan import collector
 
         class Node:
             pass
@@ -94,7 +94,7 @@ def test_a_forked_worker_freezes_what_it_inherits_without_walking_it():
     must not be walked by the worker's collections: own_worker_collector moves it out of their sight."""
     output = _python("""
         import gc
-        from loopaudit import collector
+        from loopaudit.scan import collector
 
         inherited = [[n] for n in range(50_000)]  # stands for what the command holds when it forks
         collector.own_worker_collector()

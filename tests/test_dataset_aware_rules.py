@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.engine import ScanOptions, analyze_many, analyze_text
-from loopaudit.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_many, analyze_text
+from loopaudit.rule_api.registry import all_rules
 
 OPTIONS = ScanOptions(rules=all_rules())
 

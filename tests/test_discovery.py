@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.discovery import discover
+from loopaudit.configuration.discovery import discover
 
 from .conftest import run_cli
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from loopaudit.docs import rules_document, rules_table
+from loopaudit.rule_api.docs import rules_document, rules_table
 
 from .conftest import REPO, run_cli
 
@@ -16,7 +16,7 @@ README = (REPO / "README.md").read_text()
 
 def test_docs_rules_md_is_generated_from_the_rules():
     assert (REPO / "docs" / "rules.md").read_text() == rules_document(), (
-        "docs/rules.md is stale: run `python -m loopaudit.docs > docs/rules.md`"
+        "docs/rules.md is stale: run `python -m loopaudit.rule_api.docs > docs/rules.md`"
     )
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from loopaudit.engine import ScanOptions, analyze_text
-from loopaudit.fixing import _write, fix_file
-from loopaudit.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.scan.fixing import _write, fix_file
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import FIXTURES, run_cli
 from .test_rule_examples import SOURCE_RULES

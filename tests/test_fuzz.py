@@ -12,8 +12,8 @@ import ast
 import os
 import random
 
-from loopaudit.engine import ScanOptions, analyze_many
-from loopaudit.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_many
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import FIXTURES
 

@@ -13,11 +13,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from loopaudit.engine import Outcome
-from loopaudit.finding import Finding, Location
-from loopaudit.grouping import one_finding_per_problem
-from loopaudit.plain_data import from_plain, to_plain
-from loopaudit.rule import Group
+from loopaudit.scan.engine import Outcome
+from loopaudit.findings.finding import Finding, Location
+from loopaudit.scan.grouping import one_finding_per_problem
+from loopaudit.scan.plain_data import from_plain, to_plain
+from loopaudit.rule_api.rule import Group
 
 from .conftest import REPO, run_cli, scanned_text
 from .test_output_formats import sarif_validator

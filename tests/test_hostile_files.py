@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit import engine
-from loopaudit.engine import ScanOptions, analyze_bytes, analyze_many
-from loopaudit.registry import all_rules
+from loopaudit.scan import engine
+from loopaudit.scan.engine import ScanOptions, analyze_bytes, analyze_many
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import FIXTURES, loopaudit_command, run_cli
 
@@ -212,7 +212,7 @@ def test_a_file_name_holding_the_line_marks_delimiters_gets_its_line_numbers(tmp
 def test_the_measured_reports_source_lines_break_where_python_breaks_them(tmp_path):
     """A form feed or a vertical tab inside a string is no line end to Python: the lines after it
     must not shift (str.splitlines() ends lines there too)."""
-    from loopaudit.profiling.audit import SourceLines
+    from loopaudit.profiling.in_loopaudit.audit import SourceLines
 
     script = tmp_path / "train.py"
     script.write_bytes(b"a = '\\x0c\x0c\x0b\x1c'\r\nb = 2\rc = 3\n")

@@ -31,7 +31,7 @@ def test_the_library_leaves_torch_unimported(tmp_path: Path):
     code = textwrap.dedent(f"""
         import sys
         sys.modules["torch"] = None  # any `import torch` now raises ImportError
-        from loopaudit.cli import main
+        from loopaudit.commands.cli import main
         sys.argv = ["loopaudit", "scan", {str(tmp_path / "train.py")!r}, "--output-format", "concise"]
         try:
             main()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.engine import Outcome, ScanResult, analyze_file, analyze_many
-from loopaudit.finding import Finding
-from loopaudit.plain_data import InvalidData, from_plain, to_plain
+from loopaudit.scan.engine import Outcome, ScanResult, analyze_file, analyze_many
+from loopaudit.findings.finding import Finding
+from loopaudit.scan.plain_data import InvalidData, from_plain, to_plain
 from loopaudit.analysis.cross_module import ModuleSummary, ProjectFacts
 
 from .test_project import OPTIONS, PROJECTS, write_project

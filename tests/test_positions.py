@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from loopaudit.engine import _rewrite
-from loopaudit.positions import Positions
+from loopaudit.scan.engine import _rewrite
+from loopaudit.scan.positions import Positions
 from loopaudit.analysis.walk import iter_subtree
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("*.py"))

@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from loopaudit.engine import ScanOptions, passes_prefilter
-from loopaudit.prefilter import may_contain_findings
-from loopaudit.registry import all_rules, select_rules
+from loopaudit.scan.engine import ScanOptions, passes_prefilter
+from loopaudit.scan.prefilter import may_contain_findings
+from loopaudit.rule_api.registry import all_rules, select_rules
 
 from .conftest import FIXTURES, findings_of
 from .test_step_model import CASES

@@ -48,7 +48,7 @@ def run_probe(tmp_path, script_text: str, **overrides):
               "report": str(tmp_path / "report.json"), "stop": True, **overrides}
     (tmp_path / "config.json").write_text(json.dumps(config))
     completed = subprocess.run(
-        [sys.executable, "-m", "loopaudit.profiling.child", str(tmp_path / "config.json"), "train.py"],
+        [sys.executable, "-m", "loopaudit.profiling.in_script.child", str(tmp_path / "config.json"), "train.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},  # the CPU path, on a machine with a GPU too
     )
@@ -93,7 +93,7 @@ def test_a_script_that_does_not_parse_gets_python_s_message_only(tmp_path):
 def test_the_runner_hears_of_the_steps_as_they_pass(tmp_path):
     import os
 
-    from loopaudit.profiling.runner import RunRequest, run_script
+    from loopaudit.profiling.in_loopaudit.runner import RunRequest, run_script
 
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -108,7 +108,7 @@ def test_the_runner_hears_of_the_steps_as_they_pass(tmp_path):
 def test_steps_written_just_before_the_child_ends_are_still_heard(tmp_path):
     """A short run can end between two looks at the progress file (CI saw `seen == []`): the runner
     reads it once more after the child has ended."""
-    from loopaudit.profiling.runner import RunRequest, _Files, _Signals, _watch
+    from loopaudit.profiling.in_loopaudit.runner import RunRequest, _Files, _Signals, _watch
 
     files = _Files(str(tmp_path))
     child = subprocess.Popen([sys.executable, "-c", f"open({files.progress!r}, 'w').write('7')"])

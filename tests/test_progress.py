@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loopaudit import progress as progress_module
-from loopaudit.progress import ScanProgress
+from loopaudit.commands import progress as progress_module
+from loopaudit.commands.progress import ScanProgress
 
 from .conftest import FIXTURES, run_cli
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.engine import ScanOptions, analyze_many
-from loopaudit.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_many
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import run_cli
 
@@ -974,7 +974,7 @@ def test_a_project_folder_named_like_one_of_its_modules_does_not_hide_it(tmp_pat
 
 def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, monkeypatch):
     """The later rounds analyse a file with new facts but the same text: its tree is reused."""
-    from loopaudit import engine
+    from loopaudit.scan import engine
 
     write_project(tmp_path, PROJECTS["the step in engine.py, the loop in train.py (device from the caller)"])
     analysed: dict[str, int] = {}
@@ -1006,7 +1006,7 @@ def test_a_file_analysed_again_in_a_later_round_is_not_parsed_again(tmp_path, mo
 
     # Re-scanned with a cache after one file changed, that file alone is analysed, round after round,
     # with no other parse between: its index is reused too (it does not depend on the facts).
-    from loopaudit.cache import ResultCache
+    from loopaudit.scan.cache import ResultCache
 
     items = [(str(p), p.relative_to(tmp_path).as_posix(), True, OPTIONS) for p in sorted(tmp_path.rglob("*.py"))]
     folder = tmp_path.parent / f"{tmp_path.name}-cache"
@@ -1146,7 +1146,7 @@ def test_importing_a_module_with_an_algorithm_loop_does_not_make_a_file_parsed(t
     parsed even when the prefilter rules it out (its loop may be a step loop through them). A
     library's counted algorithm loop (kornia's batched RANSAC in its core utilities, which every
     module imports) is not training: the files importing it stay unparsed."""
-    from loopaudit import engine
+    from loopaudit.scan import engine
 
     batched = """
         import torch
@@ -1188,7 +1188,7 @@ def test_models_are_parsed_only_where_their_repository_trains_on_cuda(tmp_path, 
     model of a repository that trains on CUDA (an unseen caller may run its forward) and for none
     elsewhere: a library's models (kornia's) are not parsed for nothing. A model file that cannot
     be parsed does not hold the others back."""
-    from loopaudit import engine
+    from loopaudit.scan import engine
 
     analysed: set[str] = set()
     real = engine._apply_rules

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from loopaudit.engine import ScanOptions, analyze_bytes
-from loopaudit.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_bytes
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import FIXTURES, run_cli
 

@@ -1,5 +1,5 @@
-"""Rules reach the engine through a small, declared API: `loopaudit.rule` (the rule contract),
-`loopaudit.analysis` (the analysis model's public names), `loopaudit.call_edits` (building fixes) and,
+"""Rules reach the engine through a small, declared API: `loopaudit.rule_api.rule` (the rule contract),
+`loopaudit.analysis` (the analysis model's public names), `loopaudit.rule_api.edits` (building fixes) and,
 for the measured rules, `loopaudit.profiling`. Nothing under `rules/` reads a private member of
 what the context hands it, and rule-level caches go through `ctx.memoized`."""
 
@@ -13,7 +13,7 @@ import pytest
 import loopaudit.analysis
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
-ALLOWED = ("loopaudit.rule", "loopaudit.analysis", "loopaudit.call_edits", "loopaudit.profiling")
+ALLOWED = ("loopaudit.rule_api.rule", "loopaudit.analysis", "loopaudit.rule_api.edits", "loopaudit.profiling", "loopaudit.rules.")
 RULE_FILES = sorted(RULES.rglob("*.py"))
 
 

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from loopaudit.registry import all_rules
-from loopaudit.rule import FileRule, RuntimeRule
+from loopaudit.rule_api.registry import all_rules
+from loopaudit.rule_api.rule import FileRule, RuntimeRule
 
 from .conftest import findings_of, scanned_text
 

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from loopaudit.registry import all_rules
-from loopaudit.rule import RuntimeRule
+from loopaudit.rule_api.registry import all_rules
+from loopaudit.rule_api.rule import RuntimeRule
 
 from .conftest import run_cli
 from .test_rule_examples import expected_findings

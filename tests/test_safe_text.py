@@ -12,8 +12,8 @@ from xml.etree import ElementTree
 
 import jsonschema
 
-from loopaudit.finding import Finding, Location
-from loopaudit.fingerprint import fingerprints
+from loopaudit.findings.finding import Finding, Location
+from loopaudit.findings.fingerprint import fingerprints
 from loopaudit.reporting.safe_text import encodable, escape_surrogates, json_ready, terminal_ready, xml_ready
 from loopaudit.reporting.sarif import artifact_uri
 

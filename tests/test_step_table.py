@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_a_step_far_slower_than_the_median_is_marked_in_the_step_table():
     from rich.console import Console
 
-    from loopaudit.profiling.breakdown import Breakdown, StepRow
+    from loopaudit.profiling.in_loopaudit.breakdown import Breakdown, StepRow
     from loopaudit.reporting.measured import _bars
 
     rows = [StepRow("1", 2900.0, 0.0, 0.0)] + [StepRow(str(n), 25.0, 0.0, 0.0) for n in range(2, 7)]

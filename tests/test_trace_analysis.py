@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.profiling.trace import TraceError, load_trace
-from loopaudit.profiling.trace_analysis import analyze_trace
+from loopaudit.profiling.in_loopaudit.trace import TraceError, load_trace
+from loopaudit.profiling.in_loopaudit.trace_analysis import analyze_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 needs_traces = pytest.mark.skipif(

@@ -1,6 +1,6 @@
 """`loopaudit analyze` on files that are not profiler traces, or are traces larger than memory would
 hold whole: a one-line error and exit 2, or a correct analysis in bounded memory; never a traceback,
-a crash or a hang (the contract in auditor/profiling/trace_stream.py). The large files are written
+a crash or a hang (the contract in auditor/profiling/in_loopaudit/trace_stream.py). The large files are written
 at runtime, in tmp_path: a gzip bomb is one compressed block written many times over."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 import ijson
 import pytest
 
-from loopaudit.profiling import trace, trace_stream
-from loopaudit.profiling.trace import TraceError, load_trace
+from loopaudit.profiling.in_loopaudit import trace, trace_stream
+from loopaudit.profiling.in_loopaudit.trace import TraceError, load_trace
 
 from .conftest import loopaudit_command, run_cli
 

@@ -14,16 +14,16 @@ Rules use this package through the names below and the `RuleContext` members (`c
 keeps it so.
 """
 
-from .constants import CPU_COUNT, UNKNOWN, command_line_default, constant, counts_cpus
-from .module_index import FrameKind, LoopInfo, ModuleIndex, Scope
-from .names import dotted_name, target_names, terminal_name
-from .patterns import (
+from loopaudit.analysis.argument_values import CPU_COUNT, UNKNOWN, command_line_default, constant, counts_cpus
+from loopaudit.analysis.module_index import FrameKind, LoopInfo, ModuleIndex, Scope
+from loopaudit.analysis.names import dotted_name, target_names, terminal_name
+from loopaudit.analysis.patterns import (
     BATCH_FETCH, EVALUATION_FUNCTION, FORWARD_CALLEE, is_inference_method, is_training_call, next_of, runs_a_model, type_test,
     unwrap_iterable,
 )
-from .stepmodel import StepModel, argument_for, drawn_from
-from .tensors import Kind, TensorInference
-from .walk import holds, iter_subtree
+from loopaudit.analysis.stepmodel import StepModel, argument_for, drawn_from
+from loopaudit.analysis.tensors import Kind, TensorInference
+from loopaudit.analysis.walk import holds, iter_subtree
 
 __all__ = [
     "BATCH_FETCH", "CPU_COUNT", "EVALUATION_FUNCTION", "FORWARD_CALLEE", "UNKNOWN", "FrameKind", "Kind", "LoopInfo", "ModuleIndex", "Scope",

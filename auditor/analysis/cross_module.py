@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 
-from .module_index import Signature
+from loopaudit.analysis.module_index import Signature
 
 
 @dataclass(frozen=True)

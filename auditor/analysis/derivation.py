@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 
-from .module_index import STAR_KWARGS, Signature
+from loopaudit.analysis.module_index import STAR_KWARGS, Signature
 
-from .cross_module import CallEdge, ModuleSummary, ProjectFacts
-from .layout import ProjectLayout
+from loopaudit.analysis.cross_module import CallEdge, ModuleSummary, ProjectFacts
+from loopaudit.analysis.layout import ProjectLayout
 
 MAX_ROUNDS = 10  # each round settles one more link of a cross-module call chain
 # A function is per-step when a per-step line calls it from at most this many modules away: training

@@ -16,10 +16,10 @@ import libcst as cst
 
 from typing import TYPE_CHECKING
 
-from .module_index import ModuleIndex
+from loopaudit.analysis.module_index import ModuleIndex
 
 if TYPE_CHECKING:
-    from .stepmodel import StepModel
+    from loopaudit.analysis.stepmodel import StepModel
 
 _ACCELERATOR_CLASSES = (
     "accelerate.Accelerator",

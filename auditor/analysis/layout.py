@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 
-from ..canonical import content_digest
-from .config_files import read_config_values
-from .lines import source_lines
+from loopaudit.digests import content_digest
+from loopaudit.analysis.config_files import read_config_values
+from loopaudit.analysis.lines import source_lines
 
 
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([\w.]+))", re.M)

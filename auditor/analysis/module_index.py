@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .names import ImportTable, dotted_name, stored_name, string_key, target_names, terminal_name
-from .walk import iter_subtree, walk
-from .options import constant_flag, option_test
-from .patterns import fills_a_cache, is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call, type_test
+from loopaudit.analysis.names import ImportTable, dotted_name, stored_name, string_key, target_names, terminal_name
+from loopaudit.analysis.walk import iter_subtree, walk
+from loopaudit.analysis.options import constant_flag, option_test
+from loopaudit.analysis.patterns import fills_a_cache, is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call, type_test
 
 
 class FrameKind(enum.Enum):

@@ -23,7 +23,7 @@ from typing import Callable
 
 import libcst as cst
 
-from .names import param_default
+from loopaudit.analysis.names import param_default
 
 # A value passed that cannot be read statically (`skip_type=cfg.skip`): every arm may be taken.
 UNREAD = object()

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .names import ImportTable, dotted_name, param_default, stored_name, terminal_name
-from .walk import iter_subtree
+from loopaudit.analysis.names import ImportTable, dotted_name, param_default, stored_name, terminal_name
+from loopaudit.analysis.walk import iter_subtree
 
 
 # `optimizer.step()`, `opt_g.step()`, `self.optim.step()`, `scaler.step(optimizer)`; not a scheduler.

@@ -23,15 +23,15 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .module_index import (
+from loopaudit.analysis.module_index import (
     Binding, CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope, argument_at, argument_for,
     loop_within,
 )
-from .options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
-from .cross_module import ProjectFacts
-from .names import dotted_name, stored_name, string_key, terminal_name
-from .walk import iter_subtree
-from .patterns import (
+from loopaudit.analysis.options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
+from loopaudit.analysis.cross_module import ProjectFacts
+from loopaudit.analysis.names import dotted_name, stored_name, string_key, terminal_name
+from loopaudit.analysis.walk import iter_subtree
+from loopaudit.analysis.patterns import (
     BATCH_FETCH,
     EVALUATION_FUNCTION,
     LOADER_NAME,

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .constants import CPU_COUNT, At, declared_defaults, setting_value
-from .device import names_cuda
-from .module_index import FrameKind
-from .names import dotted_name
-from .options import UNREAD, literal
+from loopaudit.analysis.argument_values import CPU_COUNT, At, declared_defaults, setting_value
+from loopaudit.analysis.device import names_cuda
+from loopaudit.analysis.module_index import FrameKind
+from loopaudit.analysis.names import dotted_name
+from loopaudit.analysis.options import UNREAD, literal
 
-from .cross_module import CallEdge, FunctionFacts, ModuleSummary
-from .module_index import ModuleIndex
-from .stepmodel import StepModel
-from .tensors import TensorInference
+from loopaudit.analysis.cross_module import CallEdge, FunctionFacts, ModuleSummary
+from loopaudit.analysis.module_index import ModuleIndex
+from loopaudit.analysis.stepmodel import StepModel
+from loopaudit.analysis.tensors import TensorInference
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
     """The summary of one analysed module. `describe(reason, call)` renders why `call` runs per step."""

@@ -18,12 +18,12 @@ import re
 
 import libcst as cst
 
-from .module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, loop_within, named_param
-from .names import dotted_name, terminal_name
-from .names import param_default
-from .patterns import BATCH_FETCH, calls_a_model, next_of, unwrap_iterable
-from .stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
-from .walk import Containment
+from loopaudit.analysis.module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, loop_within, named_param
+from loopaudit.analysis.names import dotted_name, terminal_name
+from loopaudit.analysis.names import param_default
+from loopaudit.analysis.patterns import BATCH_FETCH, calls_a_model, next_of, unwrap_iterable
+from loopaudit.analysis.stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
+from loopaudit.analysis.walk import Containment
 
 
 class Kind(enum.Enum):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from ..finding import Finding
-from . import concise, full, github, gitlab, json_format, junit, sarif
+from loopaudit.findings.finding import Finding
+from loopaudit.reporting import concise, full, github, gitlab, json_format, junit, sarif
 
 Renderer = Callable[[Sequence[Finding], TextIO, bool], None]
 

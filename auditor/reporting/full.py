@@ -15,8 +15,8 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from ..finding import Finding, Related
-from .safe_text import EncodableStream, encodable, terminal_ready
+from loopaudit.findings.finding import Finding, Related
+from loopaudit.reporting.safe_text import EncodableStream, encodable, terminal_ready
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:

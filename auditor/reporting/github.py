@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from ..finding import Finding
-from .safe_text import EncodableStream
+from loopaudit.findings.finding import Finding
+from loopaudit.reporting.safe_text import EncodableStream
 
 
 def _escape_data(text: str) -> str:

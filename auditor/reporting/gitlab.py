@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from ..finding import Finding
-from ..fingerprint import fingerprints
-from .safe_text import json_ready
+from loopaudit.findings.finding import Finding
+from loopaudit.findings.fingerprint import fingerprints
+from loopaudit.reporting.safe_text import json_ready
 
 # Code Quality's severities: info, minor, major, critical, blocker.
 _SEVERITIES = {"error": "critical", "warning": "major", "info": "info"}

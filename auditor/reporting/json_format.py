@@ -9,8 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import TextIO
 
-from ..finding import Finding
-from .safe_text import json_ready
+from loopaudit.findings.finding import Finding
+from loopaudit.reporting.safe_text import json_ready
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:

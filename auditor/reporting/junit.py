@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import TextIO
 from xml.etree import ElementTree
 
-from ..finding import Finding
-from .safe_text import xml_ready
+from loopaudit.findings.finding import Finding
+from loopaudit.reporting.safe_text import xml_ready
 
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:

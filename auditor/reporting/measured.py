@@ -17,14 +17,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..finding import Finding
-from ..profiling.audit import RunAudit, display_path
-from ..profiling.breakdown import PARTS, Breakdown
-from ..profiling.evidence import describe_site
-from ..profiling.timing import steps_phrase
-from ..profiling.trace_analysis import TraceAnalysis
-from . import full
-from .safe_text import EncodableStream, terminal_ready
+from loopaudit.findings.finding import Finding
+from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
+from loopaudit.profiling.in_loopaudit.breakdown import PARTS, Breakdown
+from loopaudit.profiling.in_loopaudit.evidence import describe_site
+from loopaudit.profiling.in_loopaudit.timing import steps_phrase
+from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
+from loopaudit.reporting import full
+from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
 
 _BAR_WIDTH = 48
 _MAX_BARS = 40

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from ..profiling.audit import RunAudit, display_path
-from ..profiling.breakdown import Breakdown
-from ..profiling.trace_analysis import TraceAnalysis
-from .safe_text import json_ready
+from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
+from loopaudit.profiling.in_loopaudit.breakdown import Breakdown
+from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
+from loopaudit.reporting.safe_text import json_ready
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:

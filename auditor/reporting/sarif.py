@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import quote_from_bytes
 
-from .. import __version__
-from ..finding import Finding, Related
-from ..fingerprint import filename_bytes, fingerprints
-from ..registry import rule_by_code
-from .safe_text import json_ready
+from loopaudit import __version__
+from loopaudit.findings.finding import Finding, Related
+from loopaudit.findings.fingerprint import filename_bytes, fingerprints
+from loopaudit.rule_api.registry import rule_by_code
+from loopaudit.reporting.safe_text import json_ready
 
 INFORMATION_URI = "https://github.com/loopaudit/loopaudit"
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

@@ -21,7 +21,7 @@ import libcst as cst
 
 from loopaudit.analysis import UNKNOWN, argument_for, command_line_default, iter_subtree, terminal_name
 
-from ._loaders import device_literal
+from loopaudit.rules.data._loaders import device_literal
 
 _DEFERRED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 # The node types a rule using these helpers must declare, so that the index records the assignments.

@@ -3,10 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.analysis import Kind
-from loopaudit.call_edits import TRUE, with_keyword
-from loopaudit.rule import Fix, Report, Rule
-from ._loaders import is_host_batch, moves_to_device
-from .created_on_host import DTYPE_METHODS, host_created, kept_attribute
+from loopaudit.rule_api.edits import TRUE, with_keyword
+from loopaudit.rule_api.rule import Fix, Report, Rule
+from loopaudit.rules.data._loaders import is_host_batch, moves_to_device
+from loopaudit.rules.data.created_on_host import DTYPE_METHODS, host_created, kept_attribute
 
 _CREATION = frozenset({
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 from loopaudit.analysis import holds, iter_subtree, Kind, terminal_name
 
-from ._loaders import LEGACY_CONSTRUCTORS, is_host_batch, moves_to_device
+from loopaudit.rules.data._loaders import LEGACY_CONSTRUCTORS, is_host_batch, moves_to_device
 
 # The dtype conversions of a tensor, as methods: `x.float()` makes a new tensor where `x` is.
 DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"})

@@ -4,10 +4,10 @@ import re
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 
-from ._datasets import ASSIGNMENTS, dataset_in_memory, dataset_on_device
-from ._loaders import (
+from loopaudit.rules.data._datasets import ASSIGNMENTS, dataset_in_memory, dataset_on_device
+from loopaudit.rules.data._loaders import (
     UNKNOWN, command_line_default, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
     remote_step_loops, returned_step_uses, step_loops,
 )

@@ -3,9 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.analysis import CPU_COUNT, argument_for, counts_cpus, drawn_from, FrameKind, terminal_name
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 
-from ._loaders import (
+from loopaudit.rules.data._loaders import (
     UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, returned_step_uses,
     step_loops,
 )

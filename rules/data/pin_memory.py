@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.call_edits import TRUE, keyword_value, with_keyword
-from loopaudit.rule import Fix, Report, Rule
+from loopaudit.rule_api.edits import TRUE, keyword_value, with_keyword
+from loopaudit.rule_api.rule import Fix, Report, Rule
 
-from ._datasets import ASSIGNMENTS, dataset_on_device, yields_python_data
-from ._loaders import (
+from loopaudit.rules.data._datasets import ASSIGNMENTS, dataset_on_device, yields_python_data
+from loopaudit.rules.data._loaders import (
     UNKNOWN, accelerate_placement, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops,
     returned_step_uses, step_loops,
 )

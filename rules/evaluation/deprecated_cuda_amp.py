@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.call_edits import with_first_argument
-from loopaudit.rule import Fix, Report, Rule
+from loopaudit.rule_api.edits import with_first_argument
+from loopaudit.rule_api.rule import Fix, Report, Rule
 
 # What each deprecated name is replaced by; the `torch.cuda.amp` classes are thin subclasses of these.
 _REPLACEMENTS = {

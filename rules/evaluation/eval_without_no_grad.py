@@ -8,7 +8,7 @@ from loopaudit.analysis import (
     EVALUATION_FUNCTION, FORWARD_CALLEE, FrameKind, Kind, is_inference_method, is_training_call, iter_subtree, runs_a_model,
     terminal_name,
 )
-from loopaudit.rule import Group, Report, Rule
+from loopaudit.rule_api.rule import Group, Report, Rule
 
 # Callees that compute a loss or metric from outputs rather than run the model.
 _NOT_A_MODEL = re.compile(r"(?i)criterion|loss|metric")

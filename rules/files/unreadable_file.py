@@ -1,4 +1,4 @@
-from loopaudit.rule import FileRule
+from loopaudit.rule_api.rule import FileRule
 
 
 class UnreadableFileRule(FileRule):

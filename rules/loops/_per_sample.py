@@ -11,7 +11,7 @@ import libcst as cst
 
 from loopaudit.analysis import FORWARD_CALLEE, iter_subtree, Kind, terminal_name, type_test
 
-from ._batch import (
+from loopaudit.rules.loops._batch import (
     TENSORS,
     body_nodes,
     is_container_name,

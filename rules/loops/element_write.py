@@ -3,10 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.analysis import FrameKind
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 
-from ._per_sample import per_sample_work
-from ._batch import (
+from loopaudit.rules.loops._per_sample import per_sample_work
+from loopaudit.rules.loops._batch import (
     TENSORS,
     body_assigned_from,
     is_ragged,

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 
-from ._per_sample import per_sample_work
+from loopaudit.rules.loops._per_sample import per_sample_work
 
 
 class PerSampleLoop(Rule):

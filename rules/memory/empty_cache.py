@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Fix, Report, Rule
+from loopaudit.rule_api.rule import Fix, Report, Rule
 from loopaudit.analysis import iter_subtree
 
 _EMPTY_CACHE = frozenset({"torch.cuda.empty_cache", "torch.cuda.memory.empty_cache"})

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.analysis import FORWARD_CALLEE, FrameKind, iter_subtree, Scope, terminal_name
-from loopaudit.rule import Fix, Report, Rule
+from loopaudit.rule_api.rule import Fix, Report, Rule
 
 # Tensor methods whose result is still part of the autograd graph of their receiver.
 _DIFFERENTIABLE_METHODS = frozenset({

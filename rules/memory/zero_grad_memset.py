@@ -4,8 +4,8 @@ import re
 
 import libcst as cst
 
-from loopaudit.call_edits import without_argument
-from loopaudit.rule import Fix, Report, Rule
+from loopaudit.rule_api.edits import without_argument
+from loopaudit.rule_api.rule import Fix, Report, Rule
 
 
 def _is_false(expr: cst.BaseExpression) -> bool:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule import Observation, RuntimeRule
+from loopaudit.rule_api.rule import Observation, RuntimeRule
 
 
 class AllocatorFlushObserved(RuntimeRule):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule import Observation, RuntimeRule
+from loopaudit.rule_api.rule import Observation, RuntimeRule
 
 # TensorBoard's profiler plugin recommends more DataLoader workers above this share of the step.
 THRESHOLD = 0.05

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule import Observation, RuntimeRule
+from loopaudit.rule_api.rule import Observation, RuntimeRule
 
 # Above this share of the measured window with no kernel, copy or memset running, the GPU waits for
 # the host. A well-fed training loop keeps it under a tenth; the real traces in the test suite that

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from loopaudit.rule import Observation, RuntimeRule
+from loopaudit.rule_api.rule import Observation, RuntimeRule
 
 
 def _megabytes(count: int) -> str:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from loopaudit.profiling.timing import steps_phrase
-from loopaudit.rule import Observation, RuntimeRule
+from loopaudit.profiling.in_loopaudit.timing import steps_phrase
+from loopaudit.rule_api.rule import Observation, RuntimeRule
 
 # What to write instead, by the kind of call that synchronized.
 _ADVICE = {
@@ -144,7 +144,7 @@ class SyncObservedInStep(RuntimeRule):
     def from_run(self, run):
         # Imported here: every scan loads this rule's class, and the evidence module (with the trace
         # analysis it needs) would cost each of them 30 ms.
-        from loopaudit.profiling.evidence import describe_site
+        from loopaudit.profiling.in_loopaudit.evidence import describe_site
 
         for site in run.report.syncs:
             if not run.on_step_path(site):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from loopaudit.analysis import terminal_name
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 
 
 def _is_cpu_device(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:

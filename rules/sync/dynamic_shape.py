@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.rule import Group, Report, Rule
+from loopaudit.rule_api.rule import Group, Report, Rule
 from loopaudit.analysis import Kind
 
 _TORCH_FUNCTIONS = {

@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from loopaudit.analysis import terminal_name
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 
 _LOGGER_NAME = re.compile(r"(?i)^(log|logger|_logger|logging|LOGGER|_log)$|_logger$")
 # `logger.debug("%s", t)` formats its arguments only when debug logging is on, which it seldom is in

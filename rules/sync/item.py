@@ -5,9 +5,9 @@ import re
 import libcst as cst
 
 from loopaudit.analysis import terminal_name
-from loopaudit.rule import Group, Report, Rule
+from loopaudit.rule_api.rule import Group, Report, Rule
 
-from .dynamic_shape import DATA_DEPENDENT_METHODS
+from loopaudit.rules.sync.dynamic_shape import DATA_DEPENDENT_METHODS
 
 # `GradScaler.get_scale()` returns `self._scale.item()`, and `state_dict()` calls it: a sync hidden in
 # the scaler (timm's NativeScaler and DeiT/MAE's `loss_scaler.state_dict()["scale"]` go through it).

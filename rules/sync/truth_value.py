@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.rule import Report, Rule
+from loopaudit.rule_api.rule import Report, Rule
 from loopaudit.analysis import iter_subtree
 
 _CONVERSIONS = frozenset({"float", "int", "bool", "complex"})

@@ -1,0 +1,373 @@
+"""The `loopaudit` command.
+
+Exit codes, as ruff's: 0 no findings, 1 findings, 2 a usage error, a path that does not exist, or an
+internal error. Nothing here prints a traceback for anything a user can type or any file they have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from loopaudit import __version__
+from loopaudit.configuration.discovery import MissingPath, SourceFile, discover
+from loopaudit.rule_api.docs import rule_markdown
+from loopaudit.findings.baseline import BaselineError, new_findings
+from loopaudit.scan.cache import ENVIRONMENT_VARIABLE, FOLDER_NAME, ResultCache, default_folder
+from loopaudit.findings.baseline import load as load_baseline
+from loopaudit.findings.baseline import write as write_baseline_file
+from loopaudit.configuration.config_file import ConfigError
+from loopaudit.findings.finding import Finding
+from loopaudit.scan.fixing import applicable, fix_file
+from loopaudit.commands.progress import ScanProgress
+from loopaudit.findings.since import SinceError, changed_lines, on_changed_lines
+from loopaudit.scan.collector import own_collector
+from loopaudit.scan.engine import ScanResult, analyze_many, analyze_stdin
+from loopaudit.configuration.project_context import context_files
+from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
+from loopaudit.commands.shared import (
+    EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, PlainHelpCommand, build_settings, usage_error,
+)
+from loopaudit.commands.dynamic import analyze, run
+from loopaudit.rule_api.registry import all_rules, rule_by_code
+from loopaudit.reporting import FORMATS
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Audits PyTorch training loops for the code that keeps a GPU idle.",
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"loopaudit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass
+
+
+@app.command(cls=PlainHelpCommand, short_help="Find what keeps the GPU idle in training scripts, without running them.")
+def scan(
+    paths: Annotated[Optional[list[str]], typer.Argument(help="Files or folders; `-` reads stdin. Default: the current folder.")] = None,
+    output_format: Annotated[Optional[OutputFormat], typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit (default: the configuration's, else full).", show_default=False)] = None,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (LA1, LA101); comma-separated or repeated. Replaces the configuration's select.")] = None,
+    extend_select: Annotated[Optional[list[str]], typer.Option("--extend-select", help="Add these rule codes or prefixes to the selection.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes (added to the configuration's).")] = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
+    statistics: Annotated[bool, typer.Option("--statistics", help="Print how many findings each rule has instead of the findings.")] = False,
+    stdin_filename: Annotated[Optional[str], typer.Option(help="The name to report for source read from stdin.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=0, help="Worker processes (0: one per CPU).")] = 0,
+    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off (default: when writing to a terminal).")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file for every file (pyproject.toml or loopaudit.toml).")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+    force_exclude: Annotated[bool, typer.Option("--force-exclude", help="Apply exclude/extend-exclude to files named on the command line too (for pre-commit, which names every file).")] = False,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Report only findings that are not in this baseline file.")] = None,
+    write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in this file (for --baseline) and exit 0.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Report only findings on lines changed since this git revision (e.g. origin/main).")] = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Apply the safe fixes to the files.")] = False,
+    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix or --diff: also apply fixes that change behaviour (each rule's docs say which).")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Print the fixes as a unified diff and write nothing (exit 1 when there is one).")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache of earlier results.")] = False,
+    no_project: Annotated[bool, typer.Option("--no-project", help="Analyse files named on the command line on their own, not inside the project they lie in.")] = False,
+    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help=f"Keep the cache here (default: ${ENVIRONMENT_VARIABLE}, else {FOLDER_NAME} at the project root).", show_default=False)] = None,
+) -> None:
+    """Scan training scripts for what keeps the GPU idle once per step.
+
+    Host-device syncs (`.item()`, `.cpu()`, `if tensor:`), data loading (DataLoaders without workers
+    or pinned memory, blocking batch copies), per-sample Python loops, allocator churn and evaluation
+    without `no_grad`, found statically: the scripts are parsed, never imported or run. Exit status:
+    0 no findings, 1 findings, 2 a usage error or an unreadable path.
+    """
+    settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
+    paths = paths or ["."]
+    if "-" in paths and len(paths) > 1:
+        raise usage_error("`-` (stdin) cannot be combined with other paths")
+    if "-" in paths and (fix or diff):
+        raise usage_error("--fix and --diff work on files, not on stdin")
+    if baseline and write_baseline:
+        raise usage_error("--baseline and --write-baseline cannot be combined")
+    try:
+        known = load_baseline(Path(baseline)) if baseline else None
+    except BaselineError as error:
+        raise usage_error(str(error))
+    try:
+        # A bar only for the human-readable formats on a terminal (it goes to stderr, and away at the end).
+        show_progress = sys.stdout.isatty() and sys.stderr.isatty() and OutputFormat(settings.output_format(Path.cwd())) in (
+            OutputFormat.full, OutputFormat.concise,
+        )
+        with ScanProgress("scanning", show_progress) as progress:
+            cache = None if no_cache or paths == ["-"] else _open_cache(cache_dir, settings)
+            results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude, progress, cache, no_project)
+        fixes = []
+        if fix or diff:
+            results.findings, fixes = _fix_files(results, files, settings, unsafe_fixes, write=not diff)
+        chosen_format = OutputFormat(settings.output_format(Path.cwd()))
+    except ConfigError as error:
+        raise usage_error(str(error))
+    findings, problems = results.findings, results.problems
+    for problem in problems:
+        typer.echo(f"loopaudit: internal error: {terminal_ready(problem)} (please report this)", err=True)
+    failed = EXIT_ERROR if problems else None
+    if diff:
+        raise typer.Exit(failed or _print_diffs(fixes))
+    if write_baseline:
+        try:
+            write_baseline_file(Path(write_baseline), findings)
+        except (BaselineError, OSError) as error:
+            raise usage_error(str(error))
+        typer.echo(f"Wrote a baseline of {len(findings)} finding{'s' if len(findings) != 1 else ''} to {write_baseline}.", err=True)
+        raise typer.Exit(failed or EXIT_CLEAN)
+    findings, hidden = _narrow(findings, since, known)
+
+    use_color = sys.stdout.isatty() if color is None else color
+    if statistics:
+        _print_statistics(findings, chosen_format, use_color)
+    else:
+        FORMATS[chosen_format.value](findings, sys.stdout, use_color)
+        if chosen_format in (OutputFormat.full, OutputFormat.concise):
+            _print_summary(findings, len(files), hidden)
+            _print_fix_summary(findings, fixes if fix else None, unsafe_fixes)
+    raise typer.Exit(failed or (EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN))
+
+
+def _open_cache(cache_dir: str | None, settings) -> ResultCache | None:
+    """The cache: `--cache-dir`, else $LOOPAUDIT_CACHE_DIR, else `.loopaudit_cache` in the folder
+    of the configuration that applies here (the project's root), else in the current folder. A
+    folder that cannot be written is reported once and the scan runs without it."""
+    root = settings.finder.for_folder(Path.cwd()).root
+    cache = ResultCache(Path(cache_dir) if cache_dir else default_folder(root))
+    problem = cache.prepare()
+    if problem is not None:
+        typer.echo(f"loopaudit: warning: {problem}; scanning without a cache", err=True)
+        return None
+    return cache
+
+
+def _scan(
+    paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool, progress=None, cache=None,
+    alone: bool = False,
+):
+    """The scan's results and the files it read (one pseudo-file for stdin)."""
+    if paths == ["-"]:
+        name = stdin_filename or "<stdin>"
+        options = settings.options_for(Path(stdin_filename or "stdin.py"))
+        return analyze_stdin(sys.stdin.buffer.read(), name, options), [SourceFile(name, name, True)]
+    skipped: list[tuple[str, str]] = []
+    try:
+        found = discover(paths, skipped=skipped)
+    except MissingPath as missing:
+        raise usage_error(f"no such file or folder: {missing}")
+    files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
+    _say_skipped([(path, why) for path, why in skipped if not settings.excluded(Path(path))])
+    workers = jobs or os.cpu_count() or 1
+    # Files named on their own are analysed inside their project, which is not reported on.
+    context = [] if alone else context_files(paths, files, lambda path: settings.excluded(path))
+    items = [(f.path, f.display, f.explicit, settings.options_for(f.path)) for f in files + context]
+    # Isolated: a file that crashes the parser or runs for minutes costs that file alone (workers.py).
+    results = analyze_many(items, workers, progress, cache, isolated=True)
+    if context:
+        results = only_named(results, files)
+    return results, files
+
+
+def only_named(results: ScanResult, files: list[SourceFile]) -> ScanResult:
+    """The results for the named files alone: the project around them was context."""
+    named = {f.display for f in files}
+    return ScanResult(
+        [f for f in results.findings if f.filename in named],
+        [p for p in results.problems if any(p.startswith(name + ":") for name in named)],
+        {name: facts for name, facts in results.facts.items() if name in named},
+    )
+
+
+def _say_skipped(skipped: list[tuple[str, str]], shown: int = 3) -> None:
+    """One line on stderr for what the walk could not read (a FIFO, a link loop, a locked folder)."""
+    if not skipped:
+        return
+    listed = ", ".join(f"{terminal_ready(path)} ({why})" for path, why in skipped[:shown])
+    more = f" and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    typer.echo(f"loopaudit: warning: skipped what cannot be read as a file: {listed}{more}", err=True)
+
+
+def _narrow(findings, since: str | None, known: frozenset[str] | None):
+    """The findings `--since` and `--baseline` keep, and what they left out, for the summary."""
+    hidden = []
+    if since:
+        try:
+            changes = changed_lines(since)
+        except SinceError as error:
+            raise usage_error(str(error))
+        kept = on_changed_lines(findings, changes)
+        hidden.append(f"{len(findings) - len(kept)} on lines unchanged since {since}")
+        findings = kept
+    if known is not None:
+        kept = new_findings(findings, known)
+        hidden.append(f"{len(findings) - len(kept)} in the baseline")
+        findings = kept
+    return findings, hidden
+
+
+def _print_diffs(fixes) -> int:
+    out = EncodableStream(sys.stdout)  # a name that is not UTF-8, an ASCII pipe: shown escaped, never a crash
+    for changed in fixes:
+        out.write(changed.diff)
+    count = sum(changed.fixed for changed in fixes)
+    files = sum(1 for changed in fixes if changed.changed)
+    typer.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {files} file{'s' if files != 1 else ''}.", err=True)
+    return EXIT_FINDINGS if count else EXIT_CLEAN
+
+
+@app.command("config", cls=PlainHelpCommand, short_help="Print the configuration that applies to a path, and where each setting comes from.")
+def show_config(
+    path: Annotated[str, typer.Argument(help="The file or folder whose configuration to show.")] = ".",
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+    output_format: Annotated[str, typer.Option("--output-format", help="text or json.")] = "text",
+) -> None:
+    """Print the configuration that applies to PATH: every setting, its value and where it came from."""
+    if output_format not in ("text", "json"):
+        raise usage_error(f"unknown format {output_format!r}: use text or json")
+    if not os.path.exists(path):
+        raise usage_error(f"no such file or folder: {path}")
+    settings = build_settings(None, None, None, None, config, isolated)
+    target = Path(path)
+    try:
+        found = settings.finder.for_folder(target if target.is_dir() else target.resolve().parent)
+    except ConfigError as error:
+        raise usage_error(str(error))
+    effective = settings.effective(found)
+    if output_format == "json":
+        data = {"file": str(found.path) if found.path else None, "settings": {k: {"value": v, "from": src} for k, (v, src) in effective.items()}}
+        typer.echo(json.dumps(data, indent=2))
+        return
+    typer.echo(f"Configuration for {path}: {found.table if found.path else 'no configuration file (defaults)'}")
+    width = max(map(len, effective))
+    for key, (value, source) in effective.items():
+        shown = "all rules" if key == "select" and value is None else json.dumps(value)
+        typer.echo(f"  {key:<{width}}  {shown}    ({source})")
+
+
+def _print_summary(findings, scanned: int, hidden: list[str]) -> None:
+    files = len({f.filename for f in findings})
+    not_shown = f"; not shown: {', '.join(hidden)}" if hidden else ""
+    if findings:
+        noun = "finding" if len(findings) == 1 else "findings"
+        typer.echo(f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned{not_shown}).")
+    else:
+        typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned{not_shown}).")
+
+
+def _fix_files(results, files, settings, unsafe: bool, write: bool):
+    """Fix every file with an applicable fix; its findings become those left after fixing."""
+    findings = results.findings
+    fixable = {f.filename for f in findings if applicable(f, unsafe)}
+    by_display = {f.display: f for f in files}
+    fixed = []
+    for display in sorted(fixable):
+        source = by_display[display]
+        options = settings.options_for(source.path)
+        fixed.append(fix_file(source.path, display, options, unsafe=unsafe, write=write, facts=results.facts.get(display)))
+    for result in fixed:
+        if result.problem:
+            typer.echo(f"loopaudit: {terminal_ready(result.display)}: {result.problem}", err=True)
+    replaced = {r.display: r.remaining for r in fixed if r.changed and not r.problem and write}
+    kept = [f for f in findings if f.filename not in replaced]
+    kept += [f for remaining in replaced.values() for f in remaining]
+    return sorted(kept, key=Finding.sort_key), fixed
+
+
+def _print_fix_summary(findings, fixes, unsafe: bool) -> None:
+    """As ruff: what was fixed, and what --fix or --unsafe-fixes would fix of what is left."""
+    if fixes is not None:
+        count = sum(r.fixed for r in fixes if r.changed and not r.problem)
+        if count:
+            typer.echo(f"Fixed {count} finding{'s' if count != 1 else ''} ({len(findings)} remaining).")
+    safe = sum(1 for f in findings if applicable(f, False))
+    more = sum(1 for f in findings if applicable(f, True)) - safe
+    if fixes is None and safe:
+        typer.echo(f"{safe} fixable with --fix.")
+    if more and not unsafe:
+        typer.echo(f"{more} more fixable with --fix --unsafe-fixes.")
+
+
+def _print_statistics(findings, output_format: OutputFormat, color: bool) -> None:
+    counts = Counter(f.code for f in findings)
+    rows = [(code, counts[code], rule_by_code(code)) for code in sorted(counts)]
+    if output_format is OutputFormat.json:
+        data = [{"code": code, "name": rule.name if rule else None, "count": count} for code, count, rule in rows]
+        typer.echo(json.dumps(data, indent=2))
+        return
+    width = max(5, len(str(len(findings))))
+    typer.echo(f"{'count':>{width}}  {'code':<6} rule")
+    for code, count, rule in rows:
+        typer.echo(f"{count:>{width}}  {code:<6} {rule.name if rule else ''}".rstrip())
+    typer.echo(f"{len(findings):>{width}}  total in {len(rows)} rule{'s' if len(rows) != 1 else ''}")
+
+
+@app.command("rules", cls=PlainHelpCommand)
+def list_rules(
+    output_format: Annotated[str, typer.Option("--output-format", help="text or json.")] = "text",
+) -> None:
+    """List every rule: code, name, and what it flags."""
+    rules = all_rules()
+    if output_format == "json":
+        typer.echo(json.dumps([{"code": r.code, "name": r.name, "summary": r.summary} for r in rules], indent=2))
+        return
+    if output_format != "text":
+        raise usage_error(f"unknown format {output_format!r}: use text or json")
+    table = Table(box=None, show_header=True, header_style="bold")
+    table.add_column("code")
+    table.add_column("name")
+    table.add_column("summary")
+    for rule in rules:
+        # Text, not markup: summaries contain brackets (`x[mask]`) that rich would read as styles.
+        table.add_row(Text(rule.code), Text(rule.name), Text(rule.summary))
+    Console(soft_wrap=False, highlight=False).print(table)
+
+
+@app.command("rule", cls=PlainHelpCommand)
+def show_rule(code: Annotated[str, typer.Argument(help="A rule code, e.g. LA101, or its name.")]) -> None:
+    """Print a rule's documentation."""
+    rule = rule_by_code(code) or next((r for r in all_rules() if r.name == code), None)
+    if rule is None:
+        raise usage_error(f"no rule {code!r} (see `loopaudit rules`)")
+    console = Console(highlight=False)
+    if console.is_terminal:
+        from rich.markdown import Markdown  # only here: importing it costs every scan 35 ms
+
+        console.print(Markdown(rule_markdown(rule)))
+    else:
+        typer.echo(rule_markdown(rule))  # piped: the Markdown itself, not a rendering padded to the width
+
+
+app.command("run", cls=PlainHelpCommand, short_help="Run a training script for a few steps and measure its step time, data waits and syncs.")(run)
+app.command("analyze", cls=PlainHelpCommand, short_help="Read a torch.profiler trace: step time, data waits, GPU idle time.")(analyze)
+
+
+def main() -> None:
+    own_collector()  # this process runs loopaudit alone (collector.py)
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("loopaudit: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)

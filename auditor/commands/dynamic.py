@@ -1,0 +1,299 @@
+"""`loopaudit run` (run a script under measurement) and `loopaudit analyze` (read a profiler trace).
+
+Neither imports torch in this process: `run` starts the script in a child process that does, and
+`analyze` only reads JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from loopaudit.commands.shared import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, OutputFormat, build_settings, usage_error
+from loopaudit.configuration.config_file import ConfigError
+from loopaudit.scan.engine import ScanOptions, analyze_path
+from loopaudit.findings.finding import Finding
+from loopaudit.profiling.in_loopaudit.timing import steps_phrase
+from loopaudit.rule_api.registry import static_rules
+from loopaudit.reporting import FORMATS
+from loopaudit.rule_api.rule import RuntimeRule
+
+
+def _split(rules) -> tuple[tuple[type[RuntimeRule], ...], frozenset[str]]:
+    """The runtime rules among `rules`, and the codes of the static ones (which static findings to list)."""
+    runtime = tuple(rule for rule in rules if issubclass(rule, RuntimeRule))
+    static = frozenset(rule.code for rule in rules if not issubclass(rule, RuntimeRule))
+    return runtime, static
+
+
+def _color(color: bool | None) -> bool:
+    return sys.stdout.isatty() if color is None else color
+
+
+def _default_trace_path(script: Path) -> str:
+    """`train.pt.trace.json` in the working directory (the name TensorBoard's plugin looks for),
+    never one that exists already: an earlier trace is the user's, not ours to overwrite."""
+    candidate = Path(f"{script.stem}.pt.trace.json")
+    number = 1
+    while candidate.exists():
+        candidate = Path(f"{script.stem}.{number}.pt.trace.json")
+        number += 1
+    return str(candidate.resolve())
+
+
+def run(
+    script: Annotated[str, typer.Argument(help="The training script, run as `python SCRIPT ARGS...` runs it.", show_default=False)],
+    script_args: Annotated[Optional[list[str]], typer.Argument(help="The script's own arguments, after `--`.", show_default=False)] = None,
+    profile: Annotated[bool, typer.Option("--profile", help="Also record torch.profiler over the measured steps and write the trace.")] = False,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps to measure.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Steps to let run before measuring (start-up, caches, lazy init).")] = 5,
+    stop: Annotated[bool, typer.Option("--stop/--no-stop", help="Stop the script once the steps are measured, or let it finish.")] = True,
+    trace_out: Annotated[Optional[str], typer.Option("--trace-out", help="Where to write the trace (implies --profile). Default: SCRIPT.pt.trace.json here.")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=0, help="Stop the script this many seconds after it starts (importing torch not counted), and report what was measured.")] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")] = OutputFormat.full,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (static and runtime).")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (not when the script fails).")] = False,
+    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+) -> None:
+    """Run a training script for a few steps and measure its step time, data waits and syncs.
+
+    The script runs unmodified, as `__main__`, in its own process; loopaudit finds its steps through
+    `optimizer.step()` (or DataLoader batches), measures WARMUP+STEPS of them and stops it. Needs torch
+    (`pip install 'loopaudit[profile]'`). Exit status: the script's own when it fails, 2 when it never
+    reached the measured steps, 130 or 143 when stopped by SIGINT or SIGTERM (reporting what was
+    measured), else 1 with findings and 0 without.
+    """
+    # Imported here, not at the top: every `loopaudit scan` imports this module (for the commands'
+    # signatures), and the measured reports' imports would cost each scan 30 ms.
+    from loopaudit.profiling.in_loopaudit.audit import audit_run, display_path
+    from loopaudit.profiling.in_loopaudit.breakdown import from_run
+    from loopaudit.profiling.in_loopaudit.evidence import RunEvidence
+    from loopaudit.profiling.in_loopaudit.runner import RunRequest, run_script, torch_is_installed
+    from loopaudit.reporting import measured, measured_json
+
+    path = Path(script)
+    if not path.exists():
+        raise usage_error(f"no such file: {script}")
+    if not path.is_file():
+        raise usage_error(f"not a file: {script} (give the training script itself)")
+    if trace_out is not None:
+        profile = True
+        if not Path(trace_out).resolve().parent.is_dir():
+            raise usage_error(f"--trace-out: the folder of {trace_out} does not exist")
+        if Path(trace_out).is_dir():
+            raise usage_error(f"--trace-out: {trace_out} is a folder; give the trace file's name")
+    settings = build_settings(select, None, ignore, None, config, isolated)
+    try:
+        runtime_rules, shown = _split(settings.rules_for(path))
+        # Every static rule runs (some runtime rules weigh the scan's word); the selection only
+        # decides which static findings are listed. The file's step methods, periodic names and
+        # device setting apply.
+        options = replace(settings.options_for(path), rules=static_rules())
+    except ConfigError as error:
+        raise usage_error(str(error))
+    if not torch_is_installed():
+        raise usage_error("`loopaudit run` needs torch in this environment: pip install 'loopaudit[profile]'")
+
+    script_path = str(path.resolve())
+    scan: list[Finding] = []
+
+    def scan_while_it_runs() -> None:
+        scan.extend(analyze_path(script_path, display_path(script_path), options, explicit=True))
+
+    request = RunRequest(
+        script=script,
+        args=list(script_args or []),
+        warmup=warmup,
+        steps=steps,
+        profile=profile,
+        trace_out=str(Path(trace_out).resolve()) if trace_out else (_default_trace_path(path) if profile else None),
+        stop=stop,
+        timeout=timeout,
+        # JSON goes to stdout alone: the script's own output moves to stderr.
+        script_output=sys.stderr if output_format is not OutputFormat.full else None,
+        on_progress=_PhaseNotes(warmup, steps) if output_format is OutputFormat.full and _on_terminal() else None,
+    )
+    outcome = run_script(request, scan_while_it_runs)
+    report = outcome.report
+    # A timeout or a signal to loopaudit is loopaudit's (or the user's) doing, not the script failing.
+    script_failed = outcome.status != 0 and not outcome.timed_out and not outcome.interrupted and not (report and report.stopped)
+    if outcome.interrupted and not (report and report.steps):
+        raise _end(f"{_stopped_by(outcome.signal)} before any step was measured", 128 + outcome.signal)
+    if report is None and outcome.timed_out:
+        raise _end(f"--timeout {timeout:g}s passed and the script had to be killed before it handed over its measurements", EXIT_ERROR)
+    if report is None:
+        raise _end(f"the script ended (exit status {outcome.status}) before loopaudit could write its measurements", outcome.status or EXIT_ERROR)
+    if report.error:
+        raise usage_error(report.error)
+    if not report.steps:
+        if outcome.timed_out:
+            raise _end(f"--timeout {timeout:g}s passed before any step was measured ({steps_phrase(report.steps_seen)} seen)", EXIT_ERROR)
+        if script_failed:
+            raise _end(f"the script ended with exit status {outcome.status} before any step was measured (its own output is above)", outcome.status)
+        raise _end(_why_nothing_was_measured(report.steps_seen, warmup), EXIT_ERROR)
+
+    trace = _window_trace(report.trace)
+    scan += _scan_other_files(report, script_path, options)
+    evidence = RunEvidence(report, script_path, trace, scan)
+    audit = audit_run(evidence, runtime_rules, [finding for finding in scan if finding.code in shown])
+    breakdown = from_run(evidence)
+    headline, notes = _describe_run(report, outcome, script_failed, display_path(script_path))
+    if output_format is OutputFormat.json:
+        status = {
+            "exit_status": outcome.status, "stopped": report.stopped, "window_complete": report.window_complete,
+            "timed_out": outcome.timed_out, "interrupted_by": signal.Signals(outcome.signal).name if outcome.interrupted else None,
+        }
+        document = measured_json.run_document(audit, breakdown, display_path(script_path), request.args, status)
+        measured_json.write(document, sys.stdout)
+    elif output_format is OutputFormat.full:
+        measured.render_run(audit, breakdown, headline, notes, sys.stdout, _color(color))
+    else:
+        FORMATS[output_format.value](audit.findings, sys.stdout, _color(color))
+    if output_format is not OutputFormat.full:
+        for note in notes if script_failed or outcome.timed_out or outcome.interrupted else []:
+            typer.echo(f"loopaudit: {note}", err=True)
+    if script_failed:
+        raise typer.Exit(outcome.status)
+    if outcome.interrupted:
+        raise typer.Exit(128 + outcome.signal)
+    raise typer.Exit(EXIT_FINDINGS if audit.findings and not exit_zero else EXIT_CLEAN)
+
+
+def _stopped_by(number: int) -> str:
+    return "interrupted" if number == signal.SIGINT else f"stopped by {signal.Signals(number).name}"
+
+
+def _end(message: str, status: int) -> typer.Exit:
+    typer.echo(f"loopaudit: {message}", err=True)
+    return typer.Exit(status)
+
+
+def _why_nothing_was_measured(steps_seen: int, warmup: int) -> str:
+    if steps_seen == 0:
+        return (
+            "the script never took a step: no `optimizer.step()` ran and no torch DataLoader handed out a "
+            "batch, so there was nothing to measure"
+        )
+    return f"the script took {steps_phrase(steps_seen)}, all of them warm-up (--warmup {warmup}): rerun with a smaller --warmup to measure them"
+
+
+def _window_trace(path: str | None):
+    """The measured window's trace, analysed; None without --profile, or when it cannot be read
+    (the run's own measurements still stand)."""
+    if path is None:
+        return None
+    from loopaudit.profiling.in_loopaudit.trace import TraceError, load_trace
+    from loopaudit.profiling.in_loopaudit.trace_analysis import analyze_trace
+
+    try:
+        return analyze_trace(load_trace(path))
+    except TraceError as error:
+        typer.echo(f"loopaudit: warning: the trace could not be analysed: {error}", err=True)
+        return None
+
+
+def _scan_other_files(report, script: str, options: ScanOptions) -> list[Finding]:
+    """Static findings of the user's other files where the run saw something (a sync in a helper
+    module), so that they can be confirmed too."""
+    from loopaudit.profiling.in_loopaudit.audit import display_path
+
+    files = {record.file for record in (*report.syncs, *report.empty_cache, *report.batch_moves)}
+    files |= {loader.file for loader in report.loaders if loader.file}
+    findings: list[Finding] = []
+    for file in sorted({os.path.abspath(file) for file in files} - {script}):
+        if file.endswith(".py") and os.path.isfile(file):
+            findings += analyze_path(file, display_path(file), options, explicit=True)
+    return findings
+
+
+def _on_terminal() -> bool:
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+class _PhaseNotes:
+    """Says on stderr when the run moves on: steps found and warming up, measuring. Lines rather than a
+    live bar: the script writes to the same terminal, and would cut through a bar redrawn in place."""
+
+    def __init__(self, warmup: int, steps: int) -> None:
+        self.warmup, self.steps = warmup, steps
+        self._said = ""
+
+    def __call__(self, seen: int) -> None:
+        if seen < self.warmup:
+            phase = f"loopaudit: steps found; warming up ({steps_phrase(self.warmup)})"
+        elif seen < self.warmup + self.steps:
+            phase = f"loopaudit: measuring {steps_phrase(self.steps)}"
+        else:
+            return
+        if phase != self._said:
+            self._said = phase
+            typer.echo(phase, err=True)
+
+
+def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[str, list[str]]:
+    unit = "optimizer steps" if report.step_kind == "optimizer" else "batches (no optimizer stepped: one step per batch)"
+    headline = f"loopaudit run: {script} on {report.device} (torch {report.torch_version})"
+    notes = [f"{len(report.steps)} {unit} measured after {steps_phrase(report.warmup, 'warm-up')}."]
+    if len(report.steps) == 1:
+        notes[0] = notes[0].replace("optimizer steps", "optimizer step").replace("batches (", "batch (")
+    if report.startup_excluded:
+        notes.append("Step 1 ran from the script's start (imports, building the model, no batch fetched first): it is left out.")
+    if report.stopped:
+        notes.append("The script was stopped after them (--no-stop lets it finish).")
+    if outcome.timed_out:
+        notes.append(f"The script was interrupted at --timeout after {steps_phrase(len(report.steps), 'measured')}.")
+    elif outcome.interrupted:
+        stopped = _stopped_by(outcome.signal)
+        notes.append(f"{stopped[0].upper()}{stopped[1:]}: what was measured until then is below.")
+    elif not report.window_complete:
+        notes.append(f"The script ended before the {report.window} steps asked for: the measurement covers fewer.")
+    if script_failed:
+        notes.append(f"The script ended with exit status {outcome.status}; its own output (a traceback, if it raised) is above.")
+    if report.trace:
+        notes.append(f"Trace of the measured steps: {report.trace} (open it in https://ui.perfetto.dev or TensorBoard).")
+    return headline, notes
+
+
+def analyze(
+    trace: Annotated[str, typer.Argument(help="A torch.profiler (kineto) trace: .json or .json.gz.", show_default=False)],
+    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")] = OutputFormat.full,
+    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
+    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+) -> None:
+    """Analyse a profiler trace someone already recorded: step breakdown, DataLoader share, syncs,
+    pageable copies, allocator churn and GPU idle time, with the LA6xx findings they show."""
+    from loopaudit.profiling.in_loopaudit.audit import audit_trace
+    from loopaudit.profiling.in_loopaudit.breakdown import from_trace
+    from loopaudit.profiling.in_loopaudit.trace import TraceError, load_trace
+    from loopaudit.profiling.in_loopaudit.trace_analysis import analyze_trace
+    from loopaudit.reporting import measured, measured_json
+
+    settings = build_settings(select, None, ignore, None, config, isolated)
+    try:
+        runtime_rules, _ = _split(settings.rules_for(Path(trace)))
+        analysis = analyze_trace(load_trace(trace))
+    except (ConfigError, TraceError) as error:
+        raise usage_error(str(error))
+    findings = audit_trace(analysis, runtime_rules)
+    breakdown = from_trace(analysis)
+    if output_format is OutputFormat.json:
+        measured_json.write(measured_json.trace_document(analysis, breakdown, findings), sys.stdout)
+    elif output_format is OutputFormat.full:
+        measured.render_trace(analysis, breakdown, findings, sys.stdout, _color(color))
+    else:
+        FORMATS[output_format.value](findings, sys.stdout, _color(color))
+    raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+

@@ -1,0 +1,113 @@
+"""What the runtime rules read: one measured run of a script, seen through the questions they ask.
+
+A site is on the step path when it happened in more than half of the measured steps. A sync made
+every tenth step by interval logging is not (it costs a tenth as much, and is what the docs
+recommend); one made by every step is, and so is one made twice per step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from loopaudit.findings.finding import Finding
+from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport
+from loopaudit.profiling.in_loopaudit.timing import steps_phrase
+from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
+
+
+@dataclass
+class RunEvidence:
+    report: ProbeReport
+    script: str  # absolute path of the script that was run
+    trace: TraceAnalysis | None = None  # the measured window's profiler trace (--profile)
+    # Every static rule's findings on the files the run touched, whatever --select shows: on a
+    # machine without a GPU some runtime rules need the source's word on what a CUDA run would do.
+    scan: Sequence[Finding] = ()
+
+    def scan_reported(self, code: str, file: str | None, line: int | None) -> bool:
+        """Did `loopaudit scan` report `code` on an expression spanning this line of this file (or
+        on one of the related places of a grouped finding)?"""
+        if file is None or line is None:
+            return False
+        path = os.path.abspath(file)
+        return any(
+            finding.code == code and os.path.abspath(finding.filename) == path
+            and line in finding.rows()
+            for finding in self.scan
+        )
+
+    @property
+    def cuda(self) -> bool:
+        return self.report.cuda
+
+    @property
+    def steps_measured(self) -> int:
+        return len(self.report.steps)
+
+    def on_step_path(self, record) -> bool:
+        """`record` has a `steps` count: in how many measured steps it happened."""
+        return self.steps_measured > 0 and record.steps * 2 > self.steps_measured
+
+    def per_step(self, count: int) -> float:
+        return round(count / self.steps_measured, 3) if self.steps_measured else 0.0
+
+    def counted(self, record) -> str:
+        """"1 per step (20 in 20 measured steps)" for a site record."""
+        return f"{self.per_step(record.count):g} per step ({record.count} in {steps_phrase(self.steps_measured, 'measured')})"
+
+    def observed(self, record) -> dict:
+        """A site record's `observed`: its time only on CUDA, where the time inside a call is a stall."""
+        time_ms = round(record.seconds * 1000, 3) if self.cuda else None
+        return {"per_step": self.per_step(record.count), "total": record.count, "time_ms": time_ms}
+
+    @cached_property
+    def step_seconds(self) -> float:
+        return sum(step.seconds for step in self.report.steps)
+
+    @property
+    def median_step_ms(self) -> float | None:
+        times = sorted(step.seconds * 1000 for step in self.report.steps)
+        return times[len(times) // 2] if times else None
+
+    def loaders_in_window(self) -> list[tuple[int, LoaderRecord]]:
+        return [(index, loader) for index, loader in enumerate(self.report.loaders) if loader.batches]
+
+    @property
+    def data_wait_fraction(self) -> float | None:
+        """Share of the measured steps spent waiting in DataLoader `next()`; None when no
+        DataLoader handed out a batch in the window (data loaded some other way is not seen)."""
+        if not self.loaders_in_window() or not self.step_seconds:
+            return None
+        return sum(step.data_wait_seconds for step in self.report.steps) / self.step_seconds
+
+    def location_of_step(self) -> tuple[str, int | None]:
+        """Where a finding about the whole step points: the line that ends a step, else the script."""
+        if self.report.step_site is not None:
+            return self.report.step_site
+        return self.script, None
+
+
+# How a report names what synchronized, by the spy's kind of site.
+_KIND_LABELS = {
+    "item": "`.item()`",
+    "tolist": "`.tolist()`",
+    "bool": "a tensor used as a Python bool (`if t:`, `while t:`, `and`/`or`)",
+    "float": "`float(tensor)`",
+    "int": "`int(tensor)`",
+    "index": "a tensor used as a Python index",
+    "format": "printing or formatting a tensor",
+    "boolean-mask index": "boolean-mask indexing `x[mask]`",
+    "cuda sync": "a synchronizing CUDA call (reported by torch's sync check)",
+    "empty_cache": "`torch.cuda.empty_cache()`",
+}
+
+
+def describe_site(kind: str, call: str) -> str:
+    """`.item()`, `torch.nonzero()`, `.cpu()`: the call as the user wrote it, as far as we know."""
+    if kind in _KIND_LABELS:
+        return _KIND_LABELS[kind]
+    owner, _, name = call.rpartition(".")
+    return f"`.{name}()`" if owner == "Tensor" else f"`{call}()`"

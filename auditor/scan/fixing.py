@@ -1,0 +1,120 @@
+"""Applying fixes to files: `--fix`, `--unsafe-fixes` and `--diff`.
+
+A file is fixed in passes: scan, apply every fix that does not overlap another, scan again, until no
+fix applies (at most a few passes: fixes that touch the same call wait for the next one). The result
+must parse, or the file is left alone. Writing keeps the file's encoding, its line endings (only the
+changed spans are replaced) and its mode, goes through a temporary file renamed over the original,
+and is skipped when the file changed on disk since it was read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import tokenize
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from loopaudit.atomic import write_atomically
+from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.findings.finding import Finding
+from loopaudit.analysis.cross_module import ProjectFacts
+
+MAX_PASSES = 8
+
+
+@dataclass
+class FileFix:
+    path: str
+    display: str
+    fixed: int = 0  # findings the fixes removed
+    remaining: list[Finding] = field(default_factory=list)  # findings after the fixes
+    diff: str = ""
+    problem: str | None = None  # why the file was left alone (it changed on disk, ...)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.diff)
+
+
+def applicable(finding: Finding, unsafe: bool) -> bool:
+    return finding.fix is not None and (finding.fix.applicability == "safe" or unsafe)
+
+
+def fix_file(
+    path: str, display: str, options: ScanOptions, *, unsafe: bool, write: bool, facts: ProjectFacts | None = None
+) -> FileFix:
+    """`facts`: what the rest of the scanned project said about the file, so each pass finds what the scan found."""
+    result = FileFix(path, display)
+    try:
+        with open(path, "rb") as stream:
+            original = stream.read()
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+        text = before = original.decode(encoding)
+    except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as error:
+        result.problem = f"cannot be fixed: {error}"
+        return result
+    findings = analyze_text(text, display, options, facts=facts)
+    first = findings
+    for _ in range(MAX_PASSES):
+        edits = _non_overlapping([e for f in findings if applicable(f, unsafe) for e in f.fix.edits])
+        if not edits:
+            break
+        candidate = _apply(text, edits)
+        if candidate == text:
+            break
+        try:
+            cst.parse_module(candidate)
+        except cst.ParserSyntaxError:
+            result.problem = "a fix produced code that does not parse; the file was left alone (please report this)"
+            return result
+        text = candidate
+        findings = analyze_text(text, display, options, facts=facts)
+    result.remaining = findings
+    result.fixed = _removed(first, findings)
+    if text == before:
+        return result
+    names = (display, display) if os.path.isabs(display) else (f"a/{display}", f"b/{display}")
+    result.diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), text.splitlines(keepends=True), *names))
+    if write:
+        result.problem = _write(path, original, text.encode(encoding))
+    return result
+
+
+def _non_overlapping(edits) -> list:
+    """The edits that can go in one pass: the first of any that overlap waits for the next scan."""
+    chosen, end = [], -1
+    for edit in sorted(edits, key=lambda e: (e.start, e.end)):
+        if edit.start >= end:
+            chosen.append(edit)
+            end = edit.end
+    return chosen
+
+
+def _apply(text: str, edits) -> str:
+    for edit in sorted(edits, key=lambda e: e.start, reverse=True):
+        text = text[:edit.start] + edit.content + text[edit.end:]
+    return text
+
+
+def _removed(before: Sequence[Finding], after: Sequence[Finding]) -> int:
+    """How many findings the fixes removed, rule by rule (messages quote code a fix may rewrite, and
+    lines move, so findings are counted rather than matched)."""
+    left = Counter(f.code for f in after)
+    return sum(max(0, count - left[code]) for code, count in Counter(f.code for f in before).items())
+
+
+def _write(path: str, original: bytes, data: bytes) -> str | None:
+    """Write `data` over `path` atomically, unless the file changed since `original` was read."""
+    try:
+        with open(path, "rb") as stream:
+            if stream.read() != original:
+                return "changed on disk while loopaudit fixed it; not overwritten"
+        write_atomically(path, data)
+    except OSError as error:
+        return f"could not be written: {error.strerror or error}"
+    return None
