@@ -18,7 +18,9 @@ def write_atomically(path: str | Path, data: bytes) -> None:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(os.path.abspath(path)))
+    handle, temporary = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(os.path.abspath(path))
+    )
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)

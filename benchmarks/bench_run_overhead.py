@@ -57,8 +57,31 @@ SCRIPT = textwrap.dedent("""\
 
 WAYS = {
     "plain": lambda python, loopaudit, warmup, steps: [python, "train.py"],
-    "light": lambda python, loopaudit, warmup, steps: [loopaudit, "run", "train.py", "--warmup", str(warmup), "--steps", str(steps), "--output-format", "json"],
-    "profile": lambda python, loopaudit, warmup, steps: [loopaudit, "run", "train.py", "--warmup", str(warmup), "--steps", str(steps), "--profile", "--trace-out", "window.json", "--output-format", "json"],
+    "light": lambda python, loopaudit, warmup, steps: [
+        loopaudit,
+        "run",
+        "train.py",
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--output-format",
+        "json",
+    ],
+    "profile": lambda python, loopaudit, warmup, steps: [
+        loopaudit,
+        "run",
+        "train.py",
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--profile",
+        "--trace-out",
+        "window.json",
+        "--output-format",
+        "json",
+    ],
 }
 
 
@@ -72,7 +95,12 @@ def window_steps_per_second(folder: Path, warmup: int, steps: int) -> float:
 
 
 def run_once(way: str, folder: Path, args) -> float:
-    command = WAYS[way](sys.executable, args.loopaudit, args.warmup, args.steps) + ["--", str(args.hidden), str(args.batch_size)]
+    command = [
+        *WAYS[way](sys.executable, args.loopaudit, args.warmup, args.steps),
+        "--",
+        str(args.hidden),
+        str(args.batch_size),
+    ]
     if way == "plain":
         command.remove("--")
     completed = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
@@ -104,7 +132,9 @@ def main() -> None:
 
     plain = statistics.median(results["plain"])
     print(f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}")
-    print(f"MLP 64-{args.hidden}-{args.hidden}-10, batch {args.batch_size}; window: steps {args.warmup + 1}-{args.warmup + args.steps}; {args.repeats} runs each\n")
+    print(
+        f"MLP 64-{args.hidden}-{args.hidden}-10, batch {args.batch_size}; window: steps {args.warmup + 1}-{args.warmup + args.steps}; {args.repeats} runs each\n"
+    )
     print(f"{'way':<8} {'steps/s (median)':>17} {'ms/step':>8} {'overhead':>9}   all runs (steps/s)")
     for way, values in results.items():
         median = statistics.median(values)
@@ -112,7 +142,16 @@ def main() -> None:
         runs = ", ".join(f"{value:.0f}" for value in values)
         print(f"{way:<8} {median:>17.1f} {1000 / median:>8.3f} {overhead:>+9.1%}   {runs}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "loopaudit"}, "torch": torch.__version__, "steps_per_second": results}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": {k: v for k, v in vars(args).items() if k != "loopaudit"},
+                    "torch": torch.__version__,
+                    "steps_per_second": results,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

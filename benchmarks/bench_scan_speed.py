@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vs_torchfix import DEFAULT_VENV as TORCHFIX_VENV  # noqa: E402
-from bench_vs_torchfix import NCPU, BenchError, count_tree, ensure_torchfix  # noqa: E402
+from bench_vs_torchfix import DEFAULT_VENV as TORCHFIX_VENV
+from bench_vs_torchfix import NCPU, BenchError, count_tree, ensure_torchfix
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / ".bench-venv"
@@ -73,7 +73,9 @@ def fetch_corpus(folder: Path) -> Path:
     specs = [name[: -len(".tar.gz")].rsplit("-", 1) for name in missing]
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(downloads)]
     print("Fetching the corpus (once) ...", file=sys.stderr)
-    proc = subprocess.run([*command, *(f"{name}=={version}" for name, version in specs)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [*command, *(f"{name}=={version}" for name, version in specs)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise BenchError(f"pip download failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
     tree.mkdir(parents=True, exist_ok=True)
@@ -138,7 +140,9 @@ def loopaudit_runs(tree: Path, cache: Path, check_jobs: bool) -> dict:
             runs[name] = timed([*base, "--cache-dir", str(cache), "."], tree)
             runs[f"{name}, no cache"] = timed([*base, "--no-cache", "."], tree)
             if json.loads(runs[name]["stdout"]) != json.loads(runs[f"{name}, no cache"]["stdout"]):
-                raise BenchError(f"loopaudit's findings after the touch of {relative} differ with and without the cache")
+                raise BenchError(
+                    f"loopaudit's findings after the touch of {relative} differ with and without the cache"
+                )
             # What "the file" itself costs: a scan of it alone, with no cache.
             runs[f"{name}: the file alone"] = timed([*base, "--no-cache", relative], tree)
         finally:
@@ -212,7 +216,9 @@ def main() -> int:
             run = runs[name]
             ruff = results["ruff"].get(name)
             ratio = f"{run['seconds'] / ruff['seconds']:.1f}" if ruff and tool != "ruff" else ""
-            print(f"{name:<38} {tool:<10} {run['seconds']:>8.2f} {run['cpu_percent']:>6} {run['findings']:>9} {ratio:>7}")
+            print(
+                f"{name:<38} {tool:<10} {run['seconds']:>8.2f} {run['cpu_percent']:>6} {run['findings']:>9} {ratio:>7}"
+            )
     if args.json:
         args.json.write_text(json.dumps({"files": files, "lines": lines, "cpus": NCPU, "results": results}, indent=2))
     return 0

@@ -40,8 +40,17 @@ SWEEP = REPO / ".bench-venv" / "sweep"
 # torch 2.13.0: the CPU build this project's machine has on disk (any other resolves to a multi-GB build).
 # sympy, mpmath and pydantic hold the self-recursive factories that once gave false syntax errors.
 PACKAGES = [
-    "torch==2.13.0", "transformers", "lightning", "numpy", "scipy", "pandas", "torchvision",
-    "sympy", "mpmath", "pydantic", "networkx",
+    "torch==2.13.0",
+    "transformers",
+    "lightning",
+    "numpy",
+    "scipy",
+    "pandas",
+    "torchvision",
+    "sympy",
+    "mpmath",
+    "pydantic",
+    "networkx",
 ]
 # LA003's reasons that mean a worker failed, rather than libcst declining valid code.
 FAILED_WORKER = ("crashed", "ran past the budget", "ended unexpectedly", "without an end")
@@ -50,7 +59,9 @@ FAILED_WORKER = ("crashed", "ran past the budget", "ended unexpectedly", "withou
 def fetch(target: Path) -> Path:
     if not all((target / name.split("=")[0]).is_dir() for name in PACKAGES):
         print(f"Installing {', '.join(PACKAGES)} into {target} (once) ...", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), *PACKAGES], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), *PACKAGES], check=True
+        )
     return target
 
 
@@ -85,12 +96,29 @@ def scan_pass(tree: Path, cache: Path) -> dict:
     """`loopaudit scan` cold (no cache) and warm, from the command line."""
     runs = {}
     shutil.rmtree(cache, ignore_errors=True)
-    for name, flags in (("cold", ["--no-cache"]), ("cache written", ["--cache-dir", str(cache)]), ("warm", ["--cache-dir", str(cache)])):
+    for name, flags in (
+        ("cold", ["--no-cache"]),
+        ("cache written", ["--cache-dir", str(cache)]),
+        ("warm", ["--cache-dir", str(cache)]),
+    ):
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             started = time.monotonic()
             scan = subprocess.Popen(
-                [sys.executable, "-m", "loopaudit", "scan", ".", "--output-format", "json", "--exit-zero", "--isolated", *flags],
-                cwd=tree, stdout=out, stderr=err,
+                [
+                    sys.executable,
+                    "-m",
+                    "loopaudit",
+                    "scan",
+                    ".",
+                    "--output-format",
+                    "json",
+                    "--exit-zero",
+                    "--isolated",
+                    *flags,
+                ],
+                cwd=tree,
+                stdout=out,
+                stderr=err,
             )
             # wait4: the peak of this run's largest process (its workers are reaped by it, and count)
             _, status, usage = os.wait4(scan.pid, 0)
@@ -99,7 +127,8 @@ def scan_pass(tree: Path, cache: Path) -> dict:
             err.seek(0)
             stdout, stderr = out.read().decode(), err.read().decode(errors="replace")
         runs[name] = {
-            "seconds": round(seconds, 1), "exit": os.waitstatus_to_exitcode(status),
+            "seconds": round(seconds, 1),
+            "exit": os.waitstatus_to_exitcode(status),
             "peak_rss_mb": round(usage.ru_maxrss / 1024),
             "traceback": "Traceback" in stderr,
             "stderr": stderr.strip().splitlines()[-3:],
@@ -111,8 +140,8 @@ def scan_pass(tree: Path, cache: Path) -> dict:
 
 def parse_pass(tree: Path, files: list[Path], jobs: int) -> dict:
     """Every file named explicitly (parsed whatever the prefilter says), through the isolated analysis."""
-    from loopaudit.scan.engine import ScanOptions, analyze_many
     from loopaudit.rule_api.registry import static_rules
+    from loopaudit.scan.engine import ScanOptions, analyze_many
 
     options = ScanOptions(rules=static_rules())
     items = [(str(path), path.relative_to(tree).as_posix(), True, options) for path in files]
@@ -126,7 +155,9 @@ def parse_pass(tree: Path, files: list[Path], jobs: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, help="the folder to sweep (default: this interpreter's site-packages)")
-    parser.add_argument("--fetch", action="store_true", help=f"sweep {SWEEP} after installing the issue's packages there")
+    parser.add_argument(
+        "--fetch", action="store_true", help=f"sweep {SWEEP} after installing the issue's packages there"
+    )
     parser.add_argument("--every-file", action="store_true", help="also parse every file, named explicitly")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -139,24 +170,39 @@ def main() -> int:
     print(f"{tree}: {len(files):,} files, {lines:,} lines, {os.cpu_count()} CPUs", flush=True)
     results["scan"] = scan_pass(tree, REPO / ".bench-venv" / "sweep-cache")
     for name, run in results["scan"].items():
-        print(f"scan {name:>13}: {run['seconds']:7.1f} s, exit {run['exit']}, peak RSS {run['peak_rss_mb']} MB"
-              f"{', TRACEBACK' if run['traceback'] else ''}", flush=True)
+        print(
+            f"scan {name:>13}: {run['seconds']:7.1f} s, exit {run['exit']}, peak RSS {run['peak_rss_mb']} MB"
+            f"{', TRACEBACK' if run['traceback'] else ''}",
+            flush=True,
+        )
     cold = results["scan"]["cold"]
-    print(f"  findings {cold['findings']}, syntax errors {cold['syntax_errors']}, false syntax errors "
-          f"{len(cold['false_syntax_errors'])}, workers failed {len(cold['workers_failed'])}, libcst declined "
-          f"{len(cold['libcst_declined'])}", flush=True)
+    print(
+        f"  findings {cold['findings']}, syntax errors {cold['syntax_errors']}, false syntax errors "
+        f"{len(cold['false_syntax_errors'])}, workers failed {len(cold['workers_failed'])}, libcst declined "
+        f"{len(cold['libcst_declined'])}",
+        flush=True,
+    )
     if args.every_file:
         every = results["parse"] = parse_pass(tree, files, args.jobs)
-        print(f"every file: {every['seconds']:.1f} s, findings {every['findings']}, syntax errors {every['syntax_errors']}, "
-              f"false syntax errors {len(every['false_syntax_errors'])}, workers failed {len(every['workers_failed'])}, "
-              f"libcst declined {len(every['libcst_declined'])}, internal errors {len(every['internal_errors'])}", flush=True)
-        for line in every["false_syntax_errors"] + every["workers_failed"] + every["libcst_declined"] + every["internal_errors"]:
+        print(
+            f"every file: {every['seconds']:.1f} s, findings {every['findings']}, syntax errors {every['syntax_errors']}, "
+            f"false syntax errors {len(every['false_syntax_errors'])}, workers failed {len(every['workers_failed'])}, "
+            f"libcst declined {len(every['libcst_declined'])}, internal errors {len(every['internal_errors'])}",
+            flush=True,
+        )
+        for line in (
+            every["false_syntax_errors"] + every["workers_failed"] + every["libcst_declined"] + every["internal_errors"]
+        ):
             print(f"  {line[:200]}")
     for line in cold["false_syntax_errors"] + cold["workers_failed"] + cold["libcst_declined"]:
         print(f"  {line[:200]}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
-    bad = cold["false_syntax_errors"] or cold["workers_failed"] or any(run["traceback"] for run in results["scan"].values())
+    bad = (
+        cold["false_syntax_errors"]
+        or cold["workers_failed"]
+        or any(run["traceback"] for run in results["scan"].values())
+    )
     if args.every_file:
         every = results["parse"]
         bad = bad or every["false_syntax_errors"] or every["workers_failed"] or every["internal_errors"]

@@ -95,7 +95,9 @@ def analyze(path: Path) -> tuple[int, str, float, int]:
         err.seek(0)
         if child.returncode in (0, 1):
             document = json.load(out)
-            outcome = ", ".join(f"{key} {document[key]}" for key in ("steps_measured", "data_wait_fraction", "gpu_idle_fraction"))
+            outcome = ", ".join(
+                f"{key} {document[key]}" for key in ("steps_measured", "data_wait_fraction", "gpu_idle_fraction")
+            )
         else:
             outcome = err.read().decode("utf-8", "replace").strip()
     peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
@@ -105,7 +107,9 @@ def analyze(path: Path) -> tuple[int, str, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=2048, help="expanded size of each trace (default 2048)")
-    parser.add_argument("--case", choices=("whitespace", "repeated", "steps"), action="append", help="default: all three")
+    parser.add_argument(
+        "--case", choices=("whitespace", "repeated", "steps"), action="append", help="default: all three"
+    )
     options = parser.parse_args()
     print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     print(f"{'case':<11} {'gzip':>9} {'expanded':>10} {'exit':>4} {'seconds':>8} {'peak RSS':>9}")

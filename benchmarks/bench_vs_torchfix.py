@@ -83,8 +83,7 @@ def default_tree() -> Path:
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         raise BenchError(
-            "torch is not installed in this Python, so there is no default tree: "
-            "install torch or pass --tree PATH"
+            "torch is not installed in this Python, so there is no default tree: install torch or pass --tree PATH"
         )
     return Path(spec.origin).parent  # i.e. os.path.dirname(torch.__file__)
 
@@ -106,8 +105,7 @@ def ensure_torchfix(venv: Path) -> Path:
             shutil.rmtree(venv, ignore_errors=True)  # don't leave a half-built venv
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
             raise BenchError(
-                f"could not set up TorchFix's venv: `{' '.join(cmd)}` failed "
-                f"(exit {proc.returncode}): {detail[0]}"
+                f"could not set up TorchFix's venv: `{' '.join(cmd)}` failed (exit {proc.returncode}): {detail[0]}"
             )
     if not exe.exists():
         raise BenchError(f"{TORCHFIX_SPEC} installed, but {exe} is missing")
@@ -126,7 +124,8 @@ def git_revision() -> str | None:
     try:
         proc = subprocess.run(
             ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
     except OSError:
         return None
@@ -159,7 +158,7 @@ def run_loopaudit(tree: Path) -> dict:
     if exe is None:
         raise BenchError("the `loopaudit` command is not on PATH: pip install -e .")
     result = timed_run([exe, "scan", str(tree), "--output-format", "concise", "--exit-zero"])
-    result["findings"] = sum(bool(LOOPAUDIT_FINDING.search(l)) for l in result["stdout"].splitlines())
+    result["findings"] = sum(bool(LOOPAUDIT_FINDING.search(line)) for line in result["stdout"].splitlines())
     result["flags"] = "--output-format concise --exit-zero (jobs: default 0 = all CPUs)"
     result["libcst"] = metadata.version("libcst")
     result["version"] = metadata.version("loopaudit")
@@ -171,7 +170,7 @@ def run_torchfix(tree: Path, venv: Path) -> dict:
     # --show-stderr only stops TorchFix from swallowing libcst's per-file
     # messages, so that we can count the files it failed to parse.
     result = timed_run([str(exe), "--show-stderr", "-j", str(NCPU), str(tree)])
-    result["findings"] = sum(bool(TORCHFIX_FINDING.search(l)) for l in result["stdout"].splitlines())
+    result["findings"] = sum(bool(TORCHFIX_FINDING.search(line)) for line in result["stdout"].splitlines())
     result["failed_files"] = result["stderr"].count("Failed to codemod ")
     checked = re.search(r"Finished checking (\d+) files", result["stderr"])
     # TorchFix skips, unparsed, the files that never mention "torch".

@@ -10,14 +10,15 @@ timers, and prints each step's CPU seconds, share and number of calls (to stderr
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import time
 
 import libcst as cst
 
 import loopaudit.scan.engine as engine
-from loopaudit.scan.collector import own_collector
 from loopaudit.commands.cli import app
+from loopaudit.scan.collector import own_collector
 
 seconds: collections.Counter = collections.Counter()
 calls: collections.Counter = collections.Counter()
@@ -45,13 +46,22 @@ def main() -> int:
     engine.passes_prefilter = timed("prefilter", engine.passes_prefilter)
     engine.derive_facts = timed("project facts (derive_facts, all rounds)", engine.derive_facts)
     engine._with_lines = timed("line numbers of contexts", engine._with_lines)
-    sys.argv = ["loopaudit", "scan", sys.argv[1], "--isolated", "--output-format", "json", "--exit-zero", "--no-cache", "--jobs", "1"]
+    sys.argv = [
+        "loopaudit",
+        "scan",
+        sys.argv[1],
+        "--isolated",
+        "--output-format",
+        "json",
+        "--exit-zero",
+        "--no-cache",
+        "--jobs",
+        "1",
+    ]
     own_collector()  # as the command's own process does (cli.main)
     start = time.process_time()
-    try:
+    with contextlib.suppress(SystemExit):
         app()
-    except SystemExit:
-        pass
     total = time.process_time() - start
     for step, spent in seconds.most_common():
         print(f"{step:55} {spent:7.1f} s {100 * spent / total:5.1f} %  ({calls[step]} calls)", file=sys.stderr)

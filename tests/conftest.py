@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.scan.engine import ScanOptions, analyze_text
 from loopaudit.findings.finding import Finding
 from loopaudit.rule_api.registry import all_rules, select_rules
+from loopaudit.scan.engine import ScanOptions, analyze_text
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -83,5 +83,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
     skipped = [report for report in terminalreporter.stats.get("skipped", []) if "traces" in str(report.longrepr)]
     if skipped:
         terminalreporter.write_sep(
-            "!", f"{len(skipped)} tests did not run: the real GPU traces are missing ({SHARED_TRACES})", red=True, bold=True,
+            "!",
+            f"{len(skipped)} tests did not run: the real GPU traces are missing ({SHARED_TRACES})",
+            red=True,
+            bold=True,
         )

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from loopaudit.scan.engine import ScanOptions, analyze_text
 from loopaudit.rule_api.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_text
 
 from .conftest import run_cli
 
@@ -100,7 +100,9 @@ def test_a_tensor_a_model_keeps_on_the_host_is_told_to_become_a_buffer():
 def test_a_constant_a_model_rebuilds_every_forward_is_told_to_become_a_buffer(row, buffer):
     message = messages(MODEL, "LA205")[row].message
     assert "the same tensor on the CPU each time" in message
-    assert f'build it once in `__init__` as a buffer, `self.register_buffer("{buffer}", ..., persistent=False)`' in message
+    assert (
+        f'build it once in `__init__` as a buffer, `self.register_buffer("{buffer}", ..., persistent=False)`' in message
+    )
 
 
 def test_what_the_batch_or_chance_decides_is_made_on_the_device_instead():
@@ -131,7 +133,9 @@ def test_a_tensor_another_object_keeps_on_the_host_is_moved_once_in_its_init():
     assert not messages(source, "LA202")
     message = messages(source, "LA205")[6].message
     assert "a tensor the object keeps on the host (`self.t`, set in `__init__`)" in message
-    assert message.endswith("move it to the device once, in `__init__` (`self.t = ....to(device)`), or build it there with `device=`")
+    assert message.endswith(
+        "move it to the device once, in `__init__` (`self.t = ....to(device)`), or build it there with `device=`"
+    )
 
 
 def test_outside_a_model_a_constant_is_made_once_before_the_loop():
@@ -170,7 +174,9 @@ def test_a_loss_kept_with_its_graph_is_told_to_detach_not_to_sync():
         "`total += loss` chains each step's autograd graph onto `total`, which keeps them all alive until it "
         "dies: accumulate `loss.detach()` (on the device, no sync) and read `total` once per epoch"
     )
-    assert found[11].message.endswith("append `loss.detach()` and reduce the list once per epoch (`torch.stack(losses).mean()`)")
+    assert found[11].message.endswith(
+        "append `loss.detach()` and reduce the list once per epoch (`torch.stack(losses).mean()`)"
+    )
     assert found[12].message.endswith("append `out.detach()`")  # outputs, not losses: nothing to stack
     for finding in found.values():
         assert ".item()" not in finding.message
@@ -178,14 +184,17 @@ def test_a_loss_kept_with_its_graph_is_told_to_detach_not_to_sync():
 
 def test_a_loss_read_as_a_number_every_step_is_a_sync_not_a_kept_graph():
     source = ACCUMULATED.replace("total += loss\n", "total += loss.item()\n").replace(
-        "losses.append(loss)\n", "losses.append(float(loss))\n")
+        "losses.append(loss)\n", "losses.append(float(loss))\n"
+    )
     assert sorted(messages(source, "LA403")) == [12]
     assert sorted(messages(source, "LA101")) == [10]
     assert "`total += loss.detach()`" in messages(source, "LA101")[10].suggestion
 
 
 def test_a_loss_converted_to_keep_is_told_to_stay_on_the_device_and_a_condition_keeps_its_advice():
-    source = ACCUMULATED.replace("losses.append(loss)\n", "losses.append(float(loss))\n            scale = 0.5 if loss > 10 else 1.0\n")
+    source = ACCUMULATED.replace(
+        "losses.append(loss)\n", "losses.append(float(loss))\n            scale = 0.5 if loss > 10 else 1.0\n"
+    )
     found = messages(source, "LA103")
     kept, tested = found[11], found[12]
     assert kept.message.startswith("`float()` of a tensor")
@@ -204,4 +213,6 @@ def test_a_count_read_at_once_is_one_finding_that_names_both_waits():
     """
     assert messages(source, "LA105") == {}
     [read] = messages(source, "LA101").values()
-    assert read.message.endswith("waits for the GPU twice, once per step: `.nonzero()` to count its elements, `.item()` to copy them to the host")
+    assert read.message.endswith(
+        "waits for the GPU twice, once per step: `.nonzero()` to count its elements, `.item()` to copy them to the host"
+    )

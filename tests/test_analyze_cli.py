@@ -18,9 +18,7 @@ import pytest
 from .conftest import run_cli
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-pytestmark = pytest.mark.skipif(
-    not TRACES.is_dir(), reason=f"the real GPU traces are not here ({TRACES}); CI has them"
-)
+pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=f"the real GPU traces are not here ({TRACES}); CI has them")
 RESNET_NW0 = "kineto-tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 RESNET_NW4 = "kineto-tb_plugin/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
 EVENT_SYNC = "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"
@@ -83,7 +81,9 @@ def test_rocm_names_and_cpu_only_traces():
     assert status == 0 and cpu_only["findings"] == [] and cpu_only["gpu_idle_fraction"] is None
 
 
-@pytest.mark.parametrize("name", sorted(str(path.relative_to(TRACES)) for path in TRACES.rglob("*.json*")) if TRACES.is_dir() else [])
+@pytest.mark.parametrize(
+    "name", sorted(str(path.relative_to(TRACES)) for path in TRACES.rglob("*.json*")) if TRACES.is_dir() else []
+)
 def test_every_real_trace_renders_in_the_terminal(name):
     result = run_cli("analyze", str(TRACES / name), "--no-color")
     assert result.returncode in (0, 1), result.err
@@ -92,7 +92,9 @@ def test_every_real_trace_renders_in_the_terminal(name):
 
 
 def test_exit_zero_and_select():
-    result = run_cli("analyze", str(TRACES / RESNET_NW0), "--select", "LA602", "--exit-zero", "--output-format", "concise")
+    result = run_cli(
+        "analyze", str(TRACES / RESNET_NW0), "--select", "LA602", "--exit-zero", "--output-format", "concise"
+    )
     assert result.returncode == 0
     assert [line.split()[1] for line in result.out.splitlines() if " LA6" in line] == ["LA602"]
 

@@ -80,7 +80,7 @@ def test_a_read_added_to_a_baselined_step_is_new_and_keeps_the_findings_fingerpr
     script = tmp_path / "train.py"
     script.write_text(LEGACY)
     run_cli("scan", "train.py", "--write-baseline", "base.json", cwd=tmp_path)
-    entry, = json.loads((tmp_path / "base.json").read_text())["findings"]
+    (entry,) = json.loads((tmp_path / "base.json").read_text())["findings"]
     assert entry["line"] == 7 and [place["line"] for place in entry["related"]] == [8]
     before = sarif_fingerprints(tmp_path)
     script.write_text(LEGACY + NEW_SYNC)
@@ -98,7 +98,9 @@ def test_a_baseline_written_before_grouping_hides_the_grouped_finding(tmp_path):
     """A baseline of one entry per line, as loopaudit wrote before it grouped the reads of a step,
     holds the fingerprints of every line of the grouped finding."""
     (tmp_path / "train.py").write_text(LEGACY)
-    (tmp_path / "old.json").write_bytes(baseline_of([{"fingerprint": fingerprint} for fingerprint in fingerprints(LEGACY_LINES)]))
+    (tmp_path / "old.json").write_bytes(
+        baseline_of([{"fingerprint": fingerprint} for fingerprint in fingerprints(LEGACY_LINES)])
+    )
     assert codes_and_lines(tmp_path, "--baseline", "old.json") == []
     (tmp_path / "half.json").write_bytes(baseline_of([{"fingerprint": fingerprints(LEGACY_LINES)[0]}]))
     assert codes_and_lines(tmp_path, "--baseline", "half.json") == [("LA101", 7)]
@@ -131,7 +133,13 @@ def test_bad_baseline_use_is_a_clear_error(tmp_path, setup, args, message):
     assert result.returncode == 2 and message in result.err
 
 
-VALID_ENTRY = {"fingerprint": "5e2dd45f9c15a168806f3cddd900b831", "code": "LA101", "filename": "train.py", "line": 7, "message": "m"}
+VALID_ENTRY = {
+    "fingerprint": "5e2dd45f9c15a168806f3cddd900b831",
+    "code": "LA101",
+    "filename": "train.py",
+    "line": 7,
+    "message": "m",
+}
 
 
 def baseline_of(findings: object, version: object = 1) -> bytes:
@@ -167,10 +175,30 @@ def baseline_of(findings: object, version: object = 1) -> bytes:
         (baseline_of([{**VALID_ENTRY, "related": [{"line": 8}]}]), "findings[0].related[0] has no `fingerprint`"),
     ],
     ids=[
-        "nested-arrays", "nested-in-object", "not-utf-8", "5000-digit-version", "trailing-data", "a-list", "a-string",
-        "null", "version-true", "version-float", "version-string", "version-2", "findings-object", "findings-null",
-        "entry-number", "entry-list", "no-fingerprint", "fingerprint-null", "fingerprint-number", "fingerprint-list",
-        "fingerprint-short", "fingerprint-surrogates", "related-object", "related-without-fingerprint",
+        "nested-arrays",
+        "nested-in-object",
+        "not-utf-8",
+        "5000-digit-version",
+        "trailing-data",
+        "a-list",
+        "a-string",
+        "null",
+        "version-true",
+        "version-float",
+        "version-string",
+        "version-2",
+        "findings-object",
+        "findings-null",
+        "entry-number",
+        "entry-list",
+        "no-fingerprint",
+        "fingerprint-null",
+        "fingerprint-number",
+        "fingerprint-list",
+        "fingerprint-short",
+        "fingerprint-surrogates",
+        "related-object",
+        "related-without-fingerprint",
     ],
 )
 def test_a_malformed_baseline_is_not_a_baseline_and_says_why(tmp_path, content, message):
@@ -193,16 +221,24 @@ def test_fingerprints_of_utf_8_names_are_those_baselines_were_written_with():
     one): for a UTF-8 name those are the bytes hashed when these fingerprints were first written."""
     written = [
         Finding("LA101", "m", "src/train.py", Location(7, 11), Location(7, 22), source_line="    total = loss.item()"),
-        Finding("LA101", "m", "src/train.py", Location(9, 11), Location(9, 22), source_line="  total =   loss.item()  "),
+        Finding(
+            "LA101", "m", "src/train.py", Location(9, 11), Location(9, 22), source_line="  total =   loss.item()  "
+        ),
         Finding("LA202", "m", "café\\x.py", Location(1, 1), Location(1, 2)),
     ]
-    assert fingerprints(written) == ["5e2dd45f9c15a168806f3cddd900b831", "7ff1ea41e2abd4bf271666762eba29d2", "c8c86c97f04754094217cef04603fd59"]
+    assert fingerprints(written) == [
+        "5e2dd45f9c15a168806f3cddd900b831",
+        "7ff1ea41e2abd4bf271666762eba29d2",
+        "c8c86c97f04754094217cef04603fd59",
+    ]
 
 
 def git(*args: str, cwd: Path) -> None:
     subprocess.run(
         ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args],
-        cwd=cwd, check=True, capture_output=True,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -216,7 +252,10 @@ def test_since_reports_only_findings_on_changed_lines(tmp_path):
     # A file git does not track yet is new in every line.
     (tmp_path / "other.py").write_text(LEGACY)
     result = run_cli("scan", "train.py", "other.py", "--since", "HEAD", "--output-format", "concise", cwd=tmp_path)
-    assert [line.split()[0] for line in result.out.splitlines() if " LA" in line] == ["other.py:7:11:", "train.py:12:11:"]
+    assert [line.split()[0] for line in result.out.splitlines() if " LA" in line] == [
+        "other.py:7:11:",
+        "train.py:12:11:",
+    ]
     # A read added to an old step is one of a grouped finding's lines: the finding is shown, at its first.
     (tmp_path / "train.py").write_text("import os\n" + LEGACY + NEW_SYNC)
     assert codes_and_lines(tmp_path, "--since", "HEAD") == [("LA101", 8)]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.scan import cache as cache_module
-from loopaudit.scan.cache import FOLDER_NAME, ResultCache
-from loopaudit.scan import engine
-from loopaudit.scan.engine import analyze_many
 from loopaudit.analysis.layout import ProjectLayout
+from loopaudit.scan import cache as cache_module
+from loopaudit.scan import engine
+from loopaudit.scan.cache import FOLDER_NAME, ResultCache
+from loopaudit.scan.engine import analyze_many
 
 from .conftest import loopaudit_command, run_cli
 from .test_project import CUDA_TRAINING, OPTIONS, PROJECTS, write_project
@@ -71,7 +71,9 @@ def test_a_comment_added_to_a_module_leaves_the_project_facts_to_be_read_back(tm
     edited.write_text(edited.read_text() + "\n# a comment\n")
     fresh = scan(project)
     derived = []
-    monkeypatch.setattr(engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args))
+    monkeypatch.setattr(
+        engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args)
+    )
     cache = new_cache(tmp_path / "cache")
     assert scan(project, cache) == fresh
     assert derived == [] and cache.hits >= 1
@@ -80,15 +82,20 @@ def test_a_comment_added_to_a_module_leaves_the_project_facts_to_be_read_back(tm
 def test_facts_read_back_are_checked_against_the_text_of_files_without_a_summary(tmp_path, monkeypatch):
     """A file the prefilter skipped has no summary; what the facts take from it (its imports, its
     classes' methods) is read from its text. Changing that text must not read back the old facts."""
-    write_project(tmp_path / "p", {
-        "train.py": "from engine import step\nfor x in loader:\n    step(x)\n",
-        "engine.py": "import torch\ndef step(x):\n    x.item()\n",
-        "skipped.py": "from engine import step\n",
-    })
+    write_project(
+        tmp_path / "p",
+        {
+            "train.py": "from engine import step\nfor x in loader:\n    step(x)\n",
+            "engine.py": "import torch\ndef step(x):\n    x.item()\n",
+            "skipped.py": "from engine import step\n",
+        },
+    )
     paths = sorted(str(p) for p in (tmp_path / "p").glob("*.py"))
     outcomes = {path: ([], [], None, None) for path in paths}  # no summaries: every file's facts come from its text
     derived = []
-    monkeypatch.setattr(engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args))
+    monkeypatch.setattr(
+        engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args)
+    )
 
     def facts():
         layout = ProjectLayout(paths)  # a new scan's
@@ -103,8 +110,10 @@ def test_facts_read_back_are_checked_against_the_text_of_files_without_a_summary
 
 def test_an_edit_in_the_caller_changes_the_findings_of_an_unchanged_callee(tmp_path):
     """metrics.py never changes, but whether its `.item()` runs per step is said by train.py."""
-    write_project(tmp_path / "p", {
-        "train.py": """
+    write_project(
+        tmp_path / "p",
+        {
+            "train.py": """
             import torch
             from metrics import log
             model = Net().cuda()
@@ -114,11 +123,12 @@ def test_an_edit_in_the_caller_changes_the_findings_of_an_unchanged_callee(tmp_p
                 optimizer.step()
                 log(loss)
             """,
-        "metrics.py": """
+            "metrics.py": """
             def log(loss):
                 print(loss.item())
             """,
-    })
+        },
+    )
     cache_dir = tmp_path / "cache"
     before = run_cli("scan", str(tmp_path / "p"), "--output-format", "json", "--cache-dir", str(cache_dir))
     assert [(f["filename"].rsplit("/", 1)[-1], f["code"]) for f in json.loads(before.out)] == [("metrics.py", "LA101")]
@@ -133,16 +143,19 @@ def test_an_edit_in_the_caller_changes_the_findings_of_an_unchanged_callee(tmp_p
 def test_a_repository_marker_added_beside_the_files_changes_the_result(tmp_path):
     """No Python file changes, but a new pyproject.toml splits the scan in two repositories (project.py):
     the whole scan's entry must not be read back."""
-    write_project(tmp_path / "p", {
-        "trainer/train.py": CUDA_TRAINING,
-        "vision/matcher.py": """
+    write_project(
+        tmp_path / "p",
+        {
+            "trainer/train.py": CUDA_TRAINING,
+            "vision/matcher.py": """
             import torch
 
             class Matcher(torch.nn.Module):
                 def forward(self, x):
                     return x.sum().item()
             """,
-    })
+        },
+    )
     assert [f["code"] for f in scan(tmp_path / "p", new_cache(tmp_path / "cache"))] == ["LA101"]
     (tmp_path / "p" / "vision" / "pyproject.toml").write_text("[project]\nname = 'vision'\n")
     assert scan(tmp_path / "p", new_cache(tmp_path / "cache")) == scan(tmp_path / "p") == []
@@ -187,7 +200,9 @@ def test_the_default_cache_lives_at_the_project_root_and_ignores_itself(tmp_path
 
 
 def test_no_cache_writes_nothing_and_the_environment_variable_moves_it(tmp_path):
-    write_project(tmp_path / "p", {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    write_project(
+        tmp_path / "p", {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"}
+    )
     run_cli("scan", "p", "--no-cache", cwd=tmp_path, env={"LOOPAUDIT_CACHE_DIR": ""})
     assert not (tmp_path / FOLDER_NAME).exists()
     run_cli("scan", "p", cwd=tmp_path, env={"LOOPAUDIT_CACHE_DIR": str(tmp_path / "elsewhere")})
@@ -218,7 +233,9 @@ def test_concurrent_runs_share_a_cache_safely(tmp_path):
 
 
 def test_entries_of_other_loopaudit_versions_are_removed(tmp_path):
-    write_project(tmp_path / "p", {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"})
+    write_project(
+        tmp_path / "p", {"train.py": "import torch\nmodel.cuda()\nfor x in loader:\n    print(x.cuda().item())\n"}
+    )
     old = tmp_path / "cache" / "0.0.9-0123456789abcdef" / "ab"
     old.mkdir(parents=True)
     (old / "cdef").write_bytes(b"an entry of an older loopaudit")
@@ -227,7 +244,6 @@ def test_entries_of_other_loopaudit_versions_are_removed(tmp_path):
     cache = new_cache(tmp_path / "cache")
     assert scan(tmp_path / "p", cache) == scan(tmp_path / "p")
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) == sorted([cache.folder.name, "notes"])
-
 
 
 def test_a_crafted_pickle_entry_committed_to_the_repository_runs_no_code(tmp_path):
@@ -277,22 +293,25 @@ def test_entries_written_with_another_users_key_or_edited_since_are_misses(tmp_p
     assert cache.misses >= len(edited)
 
 
-@pytest.mark.parametrize("body", [
-    b"",
-    b"not json",
-    b"\xff\xfe",
-    b"[]",
-    b'["KEY"]',
-    b'["another key", [[], [], null, null]]',
-    b'["KEY", 7]',
-    b'["KEY", [[], [], null]]',
-    b'["KEY", [[7], [], null, null]]',
-    b'["KEY", [[], ["a problem", 3], null, null]]',
-    b'["KEY", [[], [], NaN, null]]',
-    b'["KEY", [[], [], null, 1' + b"0" * 5000 + b"]]",
-    b'["KEY", ' + b"[" * 100_000 + b"]" * 100_000 + b"]",
-    b'["KEY", [[["LA101", "m", "f.py", [1, 1], [1, "one"], "warning", null, null, null, null, null, null, null]], [], null, null]]',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not json",
+        b"\xff\xfe",
+        b"[]",
+        b'["KEY"]',
+        b'["another key", [[], [], null, null]]',
+        b'["KEY", 7]',
+        b'["KEY", [[], [], null]]',
+        b'["KEY", [[7], [], null, null]]',
+        b'["KEY", [[], ["a problem", 3], null, null]]',
+        b'["KEY", [[], [], NaN, null]]',
+        b'["KEY", [[], [], null, 1' + b"0" * 5000 + b"]]",
+        b'["KEY", ' + b"[" * 100_000 + b"]" * 100_000 + b"]",
+        b'["KEY", [[["LA101", "m", "f.py", [1, 1], [1, "one"], "warning", null, null, null, null, null, null, null]], [], null, null]]',
+    ],
+)
 def test_signed_entries_that_do_not_fit_their_type_are_misses(tmp_path, body):
     """Even an entry this user's key signed is read only into the type asked for: anything else
     (wrong shapes, non-finite numbers, huge numbers, deep nesting) is a miss, never a crash."""

@@ -38,7 +38,9 @@ def gitlab_commands() -> list[str]:
 
 
 def git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.com", *args], cwd=cwd, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=T", "-c", "user.email=t@example.com", *args], cwd=cwd, check=True, capture_output=True
+    )
 
 
 @pytest.fixture
@@ -48,7 +50,12 @@ def pull_request(tmp_path) -> Path:
     (line 9, a third read of the step's finding); `origin/main` points at the base, as after a fetch."""
     (tmp_path / "train.py").write_text(LEGACY)
     git("init", "-q", "-b", "main", cwd=tmp_path)
-    subprocess.run([shell_path("loopaudit"), "scan", "--write-baseline", "loopaudit-baseline.json"], cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run(
+        [shell_path("loopaudit"), "scan", "--write-baseline", "loopaudit-baseline.json"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
     git("add", ".", cwd=tmp_path)
     git("commit", "-q", "-m", "legacy code and its baseline", cwd=tmp_path)
     git("update-ref", "refs/remotes/origin/main", "HEAD", cwd=tmp_path)
@@ -76,7 +83,9 @@ def test_github_workflow_commands(pull_request):
     annotate, sarif, gate = github_commands()
     annotated = run(annotate, pull_request)
     assert annotated.returncode == 0, annotated.stderr
-    assert annotated.stdout.splitlines() == [line for line in annotated.stdout.splitlines() if line.startswith("::warning")]
+    assert annotated.stdout.splitlines() == [
+        line for line in annotated.stdout.splitlines() if line.startswith("::warning")
+    ]
     # The step's finding, for the line the branch added to it (and named in the message).
     assert len(annotated.stdout.splitlines()) == 1 and "line=7" in annotated.stdout and "lines 8, 9" in annotated.stdout
     assert run(sarif, pull_request).returncode == 0

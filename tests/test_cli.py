@@ -84,7 +84,9 @@ def test_github_output_is_workflow_annotations(project):
     result = run_cli("scan", "train.py", "--output-format", "github", cwd=project)
     lines = result.out.splitlines()
     assert len(lines) == 3
-    assert lines[0].startswith("::warning title=loopaudit LA101,file=train.py,line=9,col=20,endLine=9,endColumn=31::LA101 ")
+    assert lines[0].startswith(
+        "::warning title=loopaudit LA101,file=train.py,line=9,col=20,endLine=9,endColumn=31::LA101 "
+    )
 
 
 def test_exit_codes(project):
@@ -168,8 +170,16 @@ def test_statistics(project):
 
 
 def test_stdin_with_a_filename(project):
-    result = run_cli("scan", "-", "--stdin-filename", "pipeline/train.py", "--output-format", "concise",
-                     stdin=TRAIN.encode(), cwd=project)
+    result = run_cli(
+        "scan",
+        "-",
+        "--stdin-filename",
+        "pipeline/train.py",
+        "--output-format",
+        "concise",
+        stdin=TRAIN.encode(),
+        cwd=project,
+    )
     assert result.returncode == 1
     assert result.out.splitlines()[0].startswith("pipeline/train.py:9:20: LA101")
     unnamed = run_cli("scan", "-", "--output-format", "concise", stdin=TRAIN.encode(), cwd=project)
@@ -228,8 +238,16 @@ def test_a_file_without_read_permission(project):
 def test_folders_are_walked_honouring_gitignore_and_skipping_environments(project):
     (project / ".git").mkdir()
     (project / ".gitignore").write_text("generated/\n*_tmp.py\n")
-    for relative in ["src/pkg/train2.py", "generated/train.py", "scratch_tmp.py", ".venv/lib/train.py",
-                     "env/lib/train.py", "build/train.py", "node_modules/x/train.py", "src/__pycache__/train.py"]:
+    for relative in [
+        "src/pkg/train2.py",
+        "generated/train.py",
+        "scratch_tmp.py",
+        ".venv/lib/train.py",
+        "env/lib/train.py",
+        "build/train.py",
+        "node_modules/x/train.py",
+        "src/__pycache__/train.py",
+    ]:
         path = project / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(TRAIN)

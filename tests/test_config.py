@@ -41,8 +41,10 @@ def found(tmp_path: Path, *args: str) -> set[tuple[str, str]]:
 
 
 def test_pyproject_select_ignore_per_file_ignores_and_exclude(tmp_path):
-    project(tmp_path, {
-        "pyproject.toml": textwrap.dedent("""\
+    project(
+        tmp_path,
+        {
+            "pyproject.toml": textwrap.dedent("""\
             [project]
             name = "demo"
 
@@ -51,10 +53,11 @@ def test_pyproject_select_ignore_per_file_ignores_and_exclude(tmp_path):
             per-file-ignores = { "tests/*.py" = ["LA1"] }
             extend-exclude = ["legacy/"]
         """),
-        "train.py": TRAIN,
-        "tests/test_train.py": TRAIN,
-        "legacy/old.py": TRAIN,
-    })
+            "train.py": TRAIN,
+            "tests/test_train.py": TRAIN,
+            "legacy/old.py": TRAIN,
+        },
+    )
     assert found(tmp_path) == {("train.py", "LA101")}
     # A file named on the command line is scanned even where a folder walk would skip it.
     assert found(tmp_path, "legacy/old.py") == {("legacy/old.py", "LA101")}
@@ -66,15 +69,18 @@ def test_pyproject_select_ignore_per_file_ignores_and_exclude(tmp_path):
 
 
 def test_the_closest_configuration_wins(tmp_path):
-    project(tmp_path, {
-        "pyproject.toml": '[tool.loopaudit]\nselect = ["LA101"]\n',
-        "train.py": TRAIN,
-        "sub/loopaudit.toml": 'select = ["LA202"]\n',
-        "sub/train.py": TRAIN,
-        # A pyproject.toml without a [tool.loopaudit] table is passed over.
-        "other/pyproject.toml": '[project]\nname = "other"\n',
-        "other/train.py": TRAIN,
-    })
+    project(
+        tmp_path,
+        {
+            "pyproject.toml": '[tool.loopaudit]\nselect = ["LA101"]\n',
+            "train.py": TRAIN,
+            "sub/loopaudit.toml": 'select = ["LA202"]\n',
+            "sub/train.py": TRAIN,
+            # A pyproject.toml without a [tool.loopaudit] table is passed over.
+            "other/pyproject.toml": '[project]\nname = "other"\n',
+            "other/train.py": TRAIN,
+        },
+    )
     assert found(tmp_path) == {("train.py", "LA101"), ("sub/train.py", "LA202"), ("other/train.py", "LA101")}
 
 
@@ -108,7 +114,9 @@ def test_step_methods_periodic_names_and_device(tmp_path):
     """)
     project(tmp_path, {"house.py": house, "guarded.py": guarded})
     assert ("guarded.py", "LA101") in found(tmp_path, "guarded.py")
-    (tmp_path / "loopaudit.toml").write_text('periodic-names = ["log_now"]\nstep-methods = ["fit_batch"]\ndevice = "cuda"\n')
+    (tmp_path / "loopaudit.toml").write_text(
+        'periodic-names = ["log_now"]\nstep-methods = ["fit_batch"]\ndevice = "cuda"\n'
+    )
     assert ("guarded.py", "LA101") not in found(tmp_path, "guarded.py")
     assert ("house.py", "LA101") in found(tmp_path, "house.py")
     (tmp_path / "loopaudit.toml").write_text('device = "cpu"\n')
@@ -131,8 +139,16 @@ def test_step_methods_periodic_names_and_device(tmp_path):
         ("[tool.other]\nx = " + "[" * 10_000 + "]" * 10_000 + "\n", "not valid TOML: it nests too deeply to read"),
     ],
     ids=[
-        "unknown-key", "wrong-type", "unknown-code", "bad-device", "bad-name", "bad-per-file-code", "bad-toml", "bad-glob",
-        "empty-code", "deep-toml",
+        "unknown-key",
+        "wrong-type",
+        "unknown-code",
+        "bad-device",
+        "bad-name",
+        "bad-per-file-code",
+        "bad-toml",
+        "bad-glob",
+        "empty-code",
+        "deep-toml",
     ],
 )
 def test_bad_configuration_is_an_error_with_the_file_and_key(tmp_path, text, message):
@@ -148,7 +164,10 @@ def test_config_command_shows_values_and_where_they_came_from(tmp_path):
     result = run_cli("config", "sub", "--output-format", "json", cwd=tmp_path)
     document = json.loads(result.out)
     assert document["file"] == str(tmp_path / "pyproject.toml")
-    assert document["settings"]["ignore"] == {"value": ["LA202"], "from": f"{tmp_path / 'pyproject.toml'} [tool.loopaudit]"}
+    assert document["settings"]["ignore"] == {
+        "value": ["LA202"],
+        "from": f"{tmp_path / 'pyproject.toml'} [tool.loopaudit]",
+    }
     assert document["settings"]["device"] == {"value": "auto", "from": "default"}
     text = run_cli("config", cwd=tmp_path).out
     assert "ignore" in text and '["LA202"]' in text and "(default)" in text

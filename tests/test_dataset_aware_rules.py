@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.scan.engine import ScanOptions, analyze_many, analyze_text
 from loopaudit.rule_api.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_many, analyze_text
 
 OPTIONS = ScanOptions(rules=all_rules())
 
@@ -49,14 +49,17 @@ def test_with_non_blocking_placement_configured_only_pinning_is_left():
 
 def test_a_config_bound_to_a_name_counts():
     text = ACCELERATE_LOOP.format(config="dataloader_config=loader_config").replace(
-        "accelerator = Accelerator(", "loader_config = DataLoaderConfiguration(non_blocking=True)\n    accelerator = Accelerator("
+        "accelerator = Accelerator(",
+        "loader_config = DataLoaderConfiguration(non_blocking=True)\n    accelerator = Accelerator(",
     )
     [finding] = findings("LA201", text)
     assert "DataLoaderConfiguration" not in finding.message
 
 
 def test_a_loader_no_accelerator_prepares_keeps_the_plain_message():
-    [finding] = findings("LA201", """
+    [finding] = findings(
+        "LA201",
+        """
         import torch
         from accelerate import Accelerator
         accelerator = Accelerator()
@@ -66,7 +69,8 @@ def test_a_loader_no_accelerator_prepares_keeps_the_plain_message():
             loss = model(x.to(accelerator.device)).mean()
             accelerator.backward(loss)
             optimizer.step()
-    """)
+    """,
+    )
     assert "Accelerate" not in finding.message and "accelerator.prepare" not in finding.message
 
 
@@ -79,30 +83,33 @@ PINNED_LOOP = """
 """
 
 
-@pytest.mark.parametrize("dataset, loader", [
-    # Python data, but a collate function may make tensors of it (a tokenizer): it is not read.
-    (
-        """
+@pytest.mark.parametrize(
+    "dataset, loader",
+    [
+        # Python data, but a collate function may make tensors of it (a tokenizer): it is not read.
+        (
+            """
         class PromptDataset(Dataset):
             def __init__(self, prompts):
                 self.prompts = prompts
             def __getitem__(self, index):
                 return {"prompt": self.prompts[index], "index": index}
         """,
-        'loader = DataLoader(PromptDataset(["a", "b"]), batch_size=2, collate_fn=tokenize)',
-    ),
-    # `self.images` is whatever the caller passed: not shown to be Python data.
-    (
-        """
+            'loader = DataLoader(PromptDataset(["a", "b"]), batch_size=2, collate_fn=tokenize)',
+        ),
+        # `self.images` is whatever the caller passed: not shown to be Python data.
+        (
+            """
         class Images(Dataset):
             def __init__(self, images, prompt):
                 self.images, self.prompt = images, prompt
             def __getitem__(self, index):
                 return {"image": self.images[index], "prompt": self.prompt}
         """,
-        'loader = DataLoader(Images(load_images(), "a photo"), batch_size=2)',
-    ),
-])
+            'loader = DataLoader(Images(load_images(), "a photo"), batch_size=2)',
+        ),
+    ],
+)
 def test_items_not_shown_to_be_python_data_keep_the_finding(dataset, loader):
     header = "import torch\nfrom torch.utils.data import DataLoader, Dataset\n"
     text = header + textwrap.dedent(dataset).lstrip() + loader + "\n" + textwrap.dedent(PINNED_LOOP).lstrip()
@@ -112,7 +119,9 @@ def test_items_not_shown_to_be_python_data_keep_the_finding(dataset, loader):
 
 def test_a_dataset_handed_a_device_tensor_for_one_option_still_loads_its_images():
     # diffusers' DreamBooth: precomputed prompt embeddings on the GPU, images opened per item.
-    found = findings("LA203", """
+    found = findings(
+        "LA203",
+        """
         import torch
         from PIL import Image
         from torch.utils.data import DataLoader, Dataset
@@ -132,7 +141,8 @@ def test_a_dataset_handed_a_device_tensor_for_one_option_still_loads_its_images(
             loss = model(batch["image"].cuda(non_blocking=True)).mean()
             loss.backward()
             optimizer.step()
-    """)
+    """,
+    )
     assert [f.location.row for f in found] == [15]
 
 
@@ -144,8 +154,10 @@ def _write(root: Path, files: dict[str, str]) -> None:
 def test_a_tokenizers_ids_are_no_batch_even_where_a_namesake_method_returns_a_tensor(tmp_path):
     # `tokenizer.encode` resolves by name to `Encoder.encode` of another module, which returns a
     # tensor; without `return_tensors=` a tokenizer gives a Python list of ids.
-    _write(tmp_path, {
-        "vae.py": """
+    _write(
+        tmp_path,
+        {
+            "vae.py": """
             import torch
             class Encoder(torch.nn.Module):
                 def __init__(self):
@@ -154,7 +166,7 @@ def test_a_tokenizers_ids_are_no_batch_even_where_a_namesake_method_returns_a_te
                 def encode(self, x, **kwargs):
                     return self.net(x)
         """,
-        "train.py": """
+            "train.py": """
             import torch
             from vae import Encoder
             def get_mask(tokenizer, accelerator):
@@ -176,7 +188,8 @@ def test_a_tokenizers_ids_are_no_batch_even_where_a_namesake_method_returns_a_te
                 mask = get_mask(tokenizer, accelerator)
                 optimizer.step()
         """,
-    })
+        },
+    )
     items = [(str(p), p.name, True, OPTIONS) for p in sorted(tmp_path.glob("*.py"))]
     rows = sorted((f.filename, f.location.row) for f in analyze_many(items, 1).findings if f.code == "LA301")
     assert rows == [("train.py", 12)]  # the encoder's rows, not the tokenizer's ids
@@ -200,5 +213,7 @@ def test_a_tensor_dataset_is_on_the_device_only_by_what_its_data_was_when_it_was
             return torch.cat(outputs)
     """
     assert [f.location.row for f in findings("LA201", text)] == [7]
-    moved = text.replace("torch.from_numpy(np.concatenate(x, axis=-1))", "torch.from_numpy(np.concatenate(x, axis=-1)).to(device)")
+    moved = text.replace(
+        "torch.from_numpy(np.concatenate(x, axis=-1))", "torch.from_numpy(np.concatenate(x, axis=-1)).to(device)"
+    )
     assert findings("LA201", moved) == []

@@ -52,6 +52,7 @@ def test_a_folder_it_may_not_read_is_skipped_and_named(tmp_path, monkeypatch):
                 if str(path).startswith(str(locked)):
                     raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
                 return call(path, *args, **kwargs)
+
             return refuse
 
         monkeypatch.setattr(os, "scandir", refusing(real_scandir))
@@ -71,7 +72,9 @@ def test_the_command_scans_the_rest_and_says_once_what_it_skipped(tmp_path):
     odd_tree(tmp_path)
     result = run_cli("scan", ".", "--output-format", "concise", "--no-cache", cwd=tmp_path)
     assert result.returncode == 1
-    assert [line.split(":")[0] for line in result.out.splitlines() if ": LA" in line] == ["sub/t2.py"] * 2 + ["train.py"] * 2
+    assert [line.split(":")[0] for line in result.out.splitlines() if ": LA" in line] == ["sub/t2.py"] * 2 + [
+        "train.py"
+    ] * 2
     (warning,) = [line for line in result.err.splitlines() if line]
     assert warning.startswith("loopaudit: warning: skipped what cannot be read as a file: ")
     assert f"a.py ({os.strerror(errno.ELOOP)})" in warning and warning.endswith(" and 2 more")  # 5 in all

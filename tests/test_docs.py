@@ -26,7 +26,9 @@ def test_readme_rule_table_lists_every_rule():
     assert table == rules_table()
 
 
-@pytest.mark.parametrize("command", ["loopaudit scan fixtures/mnist_cuda.py", "loopaudit scan --select LA101 fixtures/mnist_cuda.py"])
+@pytest.mark.parametrize(
+    "command", ["loopaudit scan fixtures/mnist_cuda.py", "loopaudit scan --select LA101 fixtures/mnist_cuda.py"]
+)
 def test_readme_sample_output_is_what_the_command_prints(command):
     sample = README.split(f"$ {command}\n")[1].split("```")[0].rstrip("\n")
     result = run_cli(*command.split()[1:], cwd=REPO)
@@ -43,7 +45,6 @@ def test_readme_test_command_is_what_ci_runs():
     # The first command exits 0 on a fresh machine: it shows the findings without failing.
     scanned = run_cli(*install_and_scan.split(" && ")[1].split()[1:], cwd=REPO)
     assert scanned.returncode == 0 and "LA202" in scanned.out, scanned.out + scanned.err
-
 
 
 def test_the_version_the_changelog_and_the_pre_commit_snippet_agree():

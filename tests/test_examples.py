@@ -33,11 +33,33 @@ def test_the_run_measures_the_slow_loop_s_costs_and_passes_the_fixed_twin(tmp_pa
     # busy 2-CPU machine torch's two wait for each other, and the slow loop's step grew from 180 to
     # 505 ms, its data waits (the sleeps of its dataset) under LA602's 5%.
     one_thread = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    slow = run_cli("run", str(EXAMPLES / "slow_loop.py"), "--warmup", "2", "--steps", "6", "--output-format", "json", cwd=tmp_path, env=one_thread)
+    slow = run_cli(
+        "run",
+        str(EXAMPLES / "slow_loop.py"),
+        "--warmup",
+        "2",
+        "--steps",
+        "6",
+        "--output-format",
+        "json",
+        cwd=tmp_path,
+        env=one_thread,
+    )
     assert slow.returncode == 1, slow.err
     document = json.loads(slow.out)
     measured = {finding["code"] for finding in document["findings"]}
     assert {"LA601", "LA602", "LA603"} <= measured
-    fast = run_cli("run", str(EXAMPLES / "fast_loop.py"), "--warmup", "2", "--steps", "6", "--output-format", "json", cwd=tmp_path, env=one_thread)
+    fast = run_cli(
+        "run",
+        str(EXAMPLES / "fast_loop.py"),
+        "--warmup",
+        "2",
+        "--steps",
+        "6",
+        "--output-format",
+        "json",
+        cwd=tmp_path,
+        env=one_thread,
+    )
     assert fast.returncode == 0, fast.out + fast.err
     assert json.loads(fast.out)["findings"] == []

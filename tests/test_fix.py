@@ -14,16 +14,19 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from loopaudit.rule_api.registry import all_rules
 from loopaudit.scan.engine import ScanOptions, analyze_text
 from loopaudit.scan.fixing import _write, fix_file
-from loopaudit.rule_api.registry import all_rules
 
 from .conftest import FIXTURES, run_cli
 from .test_rule_examples import SOURCE_RULES
 
 FIXABLE_FIXTURES = [
-    "mnist_cuda.py", "data_dataloader_without_pin_memory_bad.py", "memory_zero_grad_bad.py",
-    "memory_accumulate_bad.py", "data_blocking_batch_copy_bad.py",
+    "mnist_cuda.py",
+    "data_dataloader_without_pin_memory_bad.py",
+    "memory_zero_grad_bad.py",
+    "memory_accumulate_bad.py",
+    "data_blocking_batch_copy_bad.py",
 ]
 AMP = textwrap.dedent("""\
     import torch as th
@@ -50,7 +53,11 @@ def project(tmp_path) -> Path:
 
 def test_fix_applies_safe_fixes_and_a_second_fix_changes_nothing(project):
     before = scan_json(project)
-    claimed = [(f["filename"], f["code"], f["location"]["row"]) for f in before if f["fix"] and f["fix"]["applicability"] == "safe"]
+    claimed = [
+        (f["filename"], f["code"], f["location"]["row"])
+        for f in before
+        if f["fix"] and f["fix"]["applicability"] == "safe"
+    ]
     assert {code for _, code, _ in claimed} >= {"LA201", "LA202", "LA404", "LA502"}
     result = run_cli("scan", ".", "--fix", "--output-format", "concise", cwd=project)
     assert f"Fixed {len(claimed)} findings" in result.out
@@ -80,7 +87,10 @@ def test_diff_prints_and_writes_nothing(project):
     originals = {path.name: path.read_bytes() for path in project.glob("*.py")}
     result = run_cli("scan", ".", "--diff", cwd=project)
     assert result.returncode == 1
-    assert "--- a/mnist_cuda.py" in result.out and "+        data, target = data.to(device, non_blocking=True)" in result.out
+    assert (
+        "--- a/mnist_cuda.py" in result.out
+        and "+        data, target = data.to(device, non_blocking=True)" in result.out
+    )
     assert "Would fix" in result.err
     assert {path.name: path.read_bytes() for path in project.glob("*.py")} == originals
 
@@ -124,7 +134,9 @@ def test_every_byte_outside_the_edits_stays(tmp_path, newline, ending, bom):
     script.write_bytes(bom + source.replace("\n", newline).encode())
     result = run_cli("scan", "train.py", "--fix", "--no-cache", cwd=tmp_path)
     assert "Fixed 2 findings" in result.out, result.out + result.err
-    fixed = source.replace("batch_size=8)", "batch_size=8, pin_memory=True)").replace("x.cuda()", "x.cuda(non_blocking=True)")
+    fixed = source.replace("batch_size=8)", "batch_size=8, pin_memory=True)").replace(
+        "x.cuda()", "x.cuda(non_blocking=True)"
+    )
     assert script.read_bytes() == bom + fixed.replace("\n", newline).encode()
 
 
@@ -169,7 +181,8 @@ def test_every_fix_of_every_invalid_example_parses_and_removes_its_finding(tmp_p
 
 def test_removing_empty_cache_keeps_the_comments_around_it(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(
+        textwrap.dedent("""\
         import torch
         for x in loader:
             model(x.cuda(non_blocking=True)).sum().backward()
@@ -179,7 +192,8 @@ def test_removing_empty_cache_keeps_the_comments_around_it(tmp_path):
             print("step")
             if low_memory:
                 torch.cuda.empty_cache()
-    """))
+    """)
+    )
     result = run_cli("scan", "train.py", "--fix", cwd=tmp_path)
     assert "2 more fixable with --fix --unsafe-fixes" in result.out
     run_cli("scan", "train.py", "--fix", "--unsafe-fixes", cwd=tmp_path)
@@ -211,10 +225,10 @@ def test_an_added_keyword_follows_the_call_s_layout_and_keeps_its_comments(tmp_p
             model(a.cuda(non_blocking=True)).sum().backward()
             optimizer.step()
     """)
-    after = before.replace(
-        "    shuffle=True,  # mix\n)", "    shuffle=True,  # mix\n    pin_memory=True,\n)"
-    ).replace("batch_size=3,)", "batch_size=3, pin_memory=True,)").replace(
-        "                batch_size=3)", "                batch_size=3, pin_memory=True)"
+    after = (
+        before.replace("    shuffle=True,  # mix\n)", "    shuffle=True,  # mix\n    pin_memory=True,\n)")
+        .replace("batch_size=3,)", "batch_size=3, pin_memory=True,)")
+        .replace("                batch_size=3)", "                batch_size=3, pin_memory=True)")
     )
     script = tmp_path / "train.py"
     script.write_text(before)

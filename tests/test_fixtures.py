@@ -17,7 +17,11 @@ def test_fixture_findings_match_the_recorded_ones(script):
     result = run_cli("scan", str(script), "--output-format", "json")
     found = [
         # a finding that stands for several lines (the reads of one step) records its other lines
-        {"line": f["location"]["row"], "code": f["code"], **({"related": [r["location"]["row"] for r in f["related"]]} if "related" in f else {})}
+        {
+            "line": f["location"]["row"],
+            "code": f["code"],
+            **({"related": [r["location"]["row"] for r in f["related"]]} if "related" in f else {}),
+        }
         for f in json.loads(result.out)
     ]
     assert found == expected

@@ -12,8 +12,8 @@ import ast
 import os
 import random
 
-from loopaudit.scan.engine import ScanOptions, analyze_many
 from loopaudit.rule_api.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_many
 
 from .conftest import FIXTURES
 
@@ -47,17 +47,27 @@ def _deep(rng: random.Random) -> bytes:
 
 MUTATIONS = {
     "truncated": lambda data, rng: data[: rng.randrange(len(data) + 1)],
-    "span deleted": lambda data, rng: (lambda start: data[:start] + data[start + rng.randrange(1, 200):])(rng.randrange(len(data) + 1)),
-    "bytes inserted": lambda data, rng: (lambda at: data[:at] + bytes(rng.choice(b"()[]{}:,'\"\\\t\n#@=.") for _ in range(rng.randrange(1, 6))) + data[at:])(
+    "span deleted": lambda data, rng: (lambda start: data[:start] + data[start + rng.randrange(1, 200) :])(
         rng.randrange(len(data) + 1)
     ),
-    "invalid utf-8": lambda data, rng: (lambda at: data[:at] + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80"]) + data[at:])(rng.randrange(len(data) + 1)),
+    "bytes inserted": lambda data, rng: (
+        lambda at: (
+            data[:at] + bytes(rng.choice(b"()[]{}:,'\"\\\t\n#@=.") for _ in range(rng.randrange(1, 6))) + data[at:]
+        )
+    )(rng.randrange(len(data) + 1)),
+    "invalid utf-8": lambda data, rng: (
+        lambda at: data[:at] + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80"]) + data[at:]
+    )(rng.randrange(len(data) + 1)),
     "bom": lambda data, rng: b"\xef\xbb\xbf" + data,
     "crlf": lambda data, rng: data.replace(b"\n", b"\r\n"),
     "cr": lambda data, rng: data.replace(b"\n", b"\r"),
     "form feed": lambda data, rng: _at_line_start(data, rng, b"\f"),
-    "form feeds everywhere": lambda data, rng: b"".join(b"\f" + line if line.startswith(b" ") else line for line in _lines(data)),
-    "deep nesting": lambda data, rng: _at_line_start(data, rng, _deep(rng)) if rng.random() < 0.5 else data + _deep(rng),
+    "form feeds everywhere": lambda data, rng: b"".join(
+        b"\f" + line if line.startswith(b" ") else line for line in _lines(data)
+    ),
+    "deep nesting": lambda data, rng: (
+        _at_line_start(data, rng, _deep(rng)) if rng.random() < 0.5 else data + _deep(rng)
+    ),
     "long line": lambda data, rng: data + b"x = [" + b"1, " * 5_000 + b"]\n",
     "tabs": lambda data, rng: data.replace(b"    ", b"\t"),
 }
@@ -101,7 +111,9 @@ def test_no_mutated_fixture_crashes_hangs_or_is_falsely_called_a_syntax_error(tm
         failed = [f"{f.filename}: {f.message}" for f in result.findings if f.code == "LA003"]
         assert failed == []
         false_syntax_errors = [
-            f"{f.filename}: {f.message}" for f in result.findings if f.code == "LA001" and python_parses(inputs[f.filename])
+            f"{f.filename}: {f.message}"
+            for f in result.findings
+            if f.code == "LA001" and python_parses(inputs[f.filename])
         ]
         assert false_syntax_errors == []
         # The mutations reach the parser's edges: some inputs are refused, most analysed.

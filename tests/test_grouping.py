@@ -13,11 +13,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from loopaudit.scan.engine import Outcome
 from loopaudit.findings.finding import Finding, Location
+from loopaudit.rule_api.rule import Group
+from loopaudit.scan.engine import Outcome
 from loopaudit.scan.grouping import one_finding_per_problem
 from loopaudit.scan.plain_data import from_plain, to_plain
-from loopaudit.rule_api.rule import Group
 
 from .conftest import REPO, run_cli, scanned_text
 from .test_output_formats import sarif_validator
@@ -126,10 +126,16 @@ def finding(row: int, code: str = "LA101") -> Finding:
 
 
 def test_the_mechanism_merges_by_rule_and_key_at_the_earliest_line():
-    merged = one_finding_per_problem([
-        (finding(9), group("a")), (finding(3), group("a")), (finding(5), group("b")),
-        (finding(4, "LA105"), group("a")), (finding(6), None), (finding(7), group("a")),
-    ])
+    merged = one_finding_per_problem(
+        [
+            (finding(9), group("a")),
+            (finding(3), group("a")),
+            (finding(5), group("b")),
+            (finding(4, "LA105"), group("a")),
+            (finding(6), None),
+            (finding(7), group("a")),
+        ]
+    )
     by_row = {f.location.row: f for f in merged}
     assert sorted(by_row) == [3, 4, 5, 6]
     assert [p.location.row for p in by_row[3].related] == [7, 9]
@@ -186,8 +192,18 @@ def test_concise_github_gitlab_and_junit_name_the_other_lines(step_file):
 def test_json_carries_the_related_lines_and_only_findings_with_other_places_have_the_key(step_file):
     (first, alone) = json.loads(scan(step_file, "json"))
     assert first["related"] == [
-        {"location": {"row": 9, "column": 15}, "end_location": {"row": 9, "column": 26}, "message": "another read in this step", "kind": "member"},
-        {"location": {"row": 12, "column": 11}, "end_location": {"row": 12, "column": 77}, "message": "another read in this step", "kind": "member"},
+        {
+            "location": {"row": 9, "column": 15},
+            "end_location": {"row": 9, "column": 26},
+            "message": "another read in this step",
+            "kind": "member",
+        },
+        {
+            "location": {"row": 12, "column": 11},
+            "end_location": {"row": 12, "column": 77},
+            "message": "another read in this step",
+            "kind": "member",
+        },
     ]
     assert "related" not in alone
 
@@ -197,16 +213,29 @@ def test_sarif_carries_related_locations_and_stays_valid(step_file):
     sarif_validator().validate(document)
     (first, alone) = document["runs"][0]["results"]
     assert [
-        (place["id"], place["physicalLocation"]["region"]["startLine"], place["physicalLocation"]["region"]["snippet"]["text"], place["message"]["text"])
+        (
+            place["id"],
+            place["physicalLocation"]["region"]["startLine"],
+            place["physicalLocation"]["region"]["snippet"]["text"],
+            place["message"]["text"],
+        )
         for place in first["relatedLocations"]
-    ] == [(1, 9, "        print(loss.item())", "another read in this step"), (2, 12, STEP.splitlines()[11], "another read in this step")]
-    assert first["relatedLocations"][0]["physicalLocation"]["artifactLocation"] == first["locations"][0]["physicalLocation"]["artifactLocation"]
+    ] == [
+        (1, 9, "        print(loss.item())", "another read in this step"),
+        (2, 12, STEP.splitlines()[11], "another read in this step"),
+    ]
+    assert (
+        first["relatedLocations"][0]["physicalLocation"]["artifactLocation"]
+        == first["locations"][0]["physicalLocation"]["artifactLocation"]
+    )
     assert "relatedLocations" not in alone
 
 
 def test_form_feeds_move_the_related_places_too(tmp_path):
     (tmp_path / "train.py").write_text(STEP.replace("        print(loss.item())", "\f        print(loss.item())"))
-    (first, _) = json.loads(run_cli("scan", "train.py", "--select", "LA101", "--output-format", "json", cwd=tmp_path).out)
+    (first, _) = json.loads(
+        run_cli("scan", "train.py", "--select", "LA101", "--output-format", "json", cwd=tmp_path).out
+    )
     assert first["related"][0]["location"] == {"row": 9, "column": 16}
 
 
@@ -226,10 +255,17 @@ def test_the_scorers_count_each_related_line_as_found(monkeypatch, step_file):
     assert [row for row, _ in score.reported_lines(findings)] == [7, 9, 11, 12]
     counts = collections.defaultdict(collections.Counter)
     # Line 9, a related line, is found; line 12, another, is reported where a read is periodic.
-    entry = {"project": "p", "path": "train.py", "families": ["SYNC"], "labels": [
-        {"line": 7, "family": "SYNC"}, {"line": 9, "family": "SYNC"}, {"line": 12, "family": "SYNC", "periodic": True},
-        {"line": 30, "family": "SYNC"},
-    ]}
+    entry = {
+        "project": "p",
+        "path": "train.py",
+        "families": ["SYNC"],
+        "labels": [
+            {"line": 7, "family": "SYNC"},
+            {"line": 9, "family": "SYNC"},
+            {"line": 12, "family": "SYNC", "periodic": True},
+            {"line": 30, "family": "SYNC"},
+        ],
+    }
     blind.score_file(entry, findings, counts, show=False)
     assert (counts["SYNC"]["tp"], counts["SYNC"]["fp"], counts["SYNC"]["fn"]) == (2, 2, 1)
 
@@ -275,7 +311,9 @@ def test_a_tensor_built_on_one_line_and_moved_on_another_names_both_places(tmp_p
         "    loss.backward()\n"
         "    optimizer.step()\n"
     )
-    (finding,) = json.loads(run_cli("scan", "train.py", "--select", "LA205", "--output-format", "json", cwd=tmp_path).out)
+    (finding,) = json.loads(
+        run_cli("scan", "train.py", "--select", "LA205", "--output-format", "json", cwd=tmp_path).out
+    )
     assert finding["location"]["row"] == 4
     assert [(place["location"]["row"], place["kind"]) for place in finding["related"]] == [(3, "place")]
     assert finding["message"].endswith("it is built on the host at line 3")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from loopaudit.rule_api.registry import all_rules
 from loopaudit.scan import engine
 from loopaudit.scan.engine import ScanOptions, analyze_bytes, analyze_many
-from loopaudit.rule_api.registry import all_rules
 
 from .conftest import FIXTURES, loopaudit_command, run_cli
 
@@ -50,11 +50,15 @@ def test_files_python_refuses_are_syntax_errors_and_the_others_keep_their_findin
     for number in range(20):
         (tmp_path / f"train_{number:02}.py").write_text(TRAINING)
     started = time.monotonic()
-    result = run_cli("scan", *sorted(os.listdir(tmp_path)), "--output-format", "concise", "--no-cache", "-j", jobs, cwd=tmp_path)
+    result = run_cli(
+        "scan", *sorted(os.listdir(tmp_path)), "--output-format", "concise", "--no-cache", "-j", jobs, cwd=tmp_path
+    )
     assert result.returncode == 1, result.err
     assert time.monotonic() - started < 120  # minutes before (20,000 terms never ended)
     found = concise(result)
-    assert [(name, code) for name, _, code in found if name in REFUSED_BY_PYTHON] == [(name, "LA001") for name in sorted(REFUSED_BY_PYTHON)]
+    assert [(name, code) for name, _, code in found if name in REFUSED_BY_PYTHON] == [
+        (name, "LA001") for name in sorted(REFUSED_BY_PYTHON)
+    ]
     assert [row for name, row, _ in found if name.startswith("train_")] == [4, 4] * 20
     assert "nested parentheses" in result.out and "nests too deeply" in result.out
 
@@ -79,7 +83,10 @@ def test_the_compilers_warnings_about_the_users_code_are_not_printed(tmp_path):
 def test_valid_python_at_the_edge_of_what_python_takes_is_analysed():
     """A 2,900-deep chain is within CPython's limits (about 3,000): it is parsed and analysed, not refused."""
     source = TRAINING + "y = f" + "[0]" * 900 + "\n"
-    assert [(f.location.row, f.code) for f in analyze_bytes(source.encode(), "t.py", OPTIONS, explicit=True)] == [(4, "LA101"), (4, "LA202")]
+    assert [(f.location.row, f.code) for f in analyze_bytes(source.encode(), "t.py", OPTIONS, explicit=True)] == [
+        (4, "LA101"),
+        (4, "LA202"),
+    ]
 
 
 def test_a_self_recursive_factory_leaves_the_files_findings_in_place(tmp_path):
@@ -92,7 +99,12 @@ def test_a_self_recursive_factory_leaves_the_files_findings_in_place(tmp_path):
     )
     (tmp_path / "other.py").write_text("x = 1\n")
     result = run_cli("scan", ".", "--output-format", "concise", "--no-cache", cwd=tmp_path)
-    assert [(row, code) for _, row, code in concise(result)] == [(9, "LA201"), (11, "LA202"), (13, "LA101"), (14, "LA401")]
+    assert [(row, code) for _, row, code in concise(result)] == [
+        (9, "LA201"),
+        (11, "LA202"),
+        (13, "LA101"),
+        (14, "LA401"),
+    ]
 
 
 def test_a_form_feed_before_code_reads_as_python_reads_it():
@@ -103,7 +115,9 @@ def test_a_form_feed_before_code_reads_as_python_reads_it():
     rng = random.Random(7)
     for fixture in sorted(FIXTURES.glob("*.py")):
         original = fixture.read_text()
-        expected = [(f.location.row, f.code) for f in analyze_bytes(original.encode(), fixture.name, OPTIONS, explicit=True)]
+        expected = [
+            (f.location.row, f.code) for f in analyze_bytes(original.encode(), fixture.name, OPTIONS, explicit=True)
+        ]
         lines = original.splitlines(keepends=True)
         indented = [i for i, line in enumerate(lines) if line.startswith("    ")]
         for i in rng.sample(indented, min(4, len(indented))):
@@ -122,7 +136,10 @@ def test_a_form_feed_moves_the_reported_column_with_it():
     source = "import torch\nmodel.cuda()\nfor x in loader:\n  \f    print(x.cuda().item())\n"
     findings = analyze_bytes(source.encode(), "t.py", OPTIONS, explicit=True)
     line = source.split("\n")[3]
-    assert {(f.code, f.location.column) for f in findings} == {("LA101", line.index("x.cuda().item()") + 1), ("LA202", line.index("x.cuda()") + 1)}
+    assert {(f.code, f.location.column) for f in findings} == {
+        ("LA101", line.index("x.cuda().item()") + 1),
+        ("LA202", line.index("x.cuda()") + 1),
+    }
 
 
 def _items(folder: Path) -> list:
@@ -147,7 +164,9 @@ def test_a_worker_that_crashes_costs_its_file_alone(tmp_path, monkeypatch, jobs)
     result = analyze_many(_items(tmp_path), jobs, isolated=True)
     assert not result.problems
     crashed = [f for f in result.findings if f.filename == "train_2.py"]
-    assert [(f.code, f.message) for f in crashed] == [("LA003", "loopaudit could not analyse the file: the process analysing it crashed (SIGSEGV)")]
+    assert [(f.code, f.message) for f in crashed] == [
+        ("LA003", "loopaudit could not analyse the file: the process analysing it crashed (SIGSEGV)")
+    ]
     others = sorted((f.filename, f.code) for f in result.findings if f.filename != "train_2.py")
     assert others == sorted((f"train_{n}.py", code) for n in (0, 1, 3, 4, 5) for code in ("LA101", "LA202"))
 
@@ -157,7 +176,11 @@ def test_a_file_past_its_cpu_budget_is_stopped_and_the_rest_analysed(tmp_path):
     (tmp_path / "train.py").write_text(TRAINING)
     (tmp_path / "generated.py").write_text("import torch\ny = f" + "[0]" * 2900 + "\n")  # ~10 s of parsing
     result = analyze_many(_items(tmp_path), 1, isolated=True, cpu_seconds=1)
-    assert [(f.filename, f.code) for f in result.findings] == [("generated.py", "LA003"), ("train.py", "LA101"), ("train.py", "LA202")]
+    assert [(f.filename, f.code) for f in result.findings] == [
+        ("generated.py", "LA003"),
+        ("train.py", "LA101"),
+        ("train.py", "LA202"),
+    ]
     assert "ran past the budget of 1 s of CPU time" in result.findings[0].message
 
 
@@ -182,8 +205,12 @@ def test_workers_end_with_the_scan_however_it_is_stopped(tmp_path, stop):
     names = [f"generated_{number}.py" for number in range(3)]
     for name in names:
         (tmp_path / name).write_text("import torch\ny = f" + "[0]" * 2900 + "\n")  # ~10 s each to parse
-    scan = subprocess.Popen([*loopaudit_command(), "scan", *names, "--no-cache"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scan = subprocess.Popen(
+        [*loopaudit_command(), "scan", *names, "--no-cache"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     workers: set[int] = set()
     while not workers and time.monotonic() < deadline:
@@ -202,7 +229,9 @@ def test_a_file_name_holding_the_line_marks_delimiters_gets_its_line_numbers(tmp
     """Lines in "how the step reaches this line" are marked ⟦path|kind|n⟧ until a finding shows
     them (origins.py): a name with `|`, `⟧` or an escape of its own once leaked raw marks."""
     caller = "tr|ai⟧n%7C.py"
-    (tmp_path / caller).write_text("import torch\nfrom engine import step\nmodel.cuda()\nfor x in loader:\n    step(x)\n")
+    (tmp_path / caller).write_text(
+        "import torch\nfrom engine import step\nmodel.cuda()\nfor x in loader:\n    step(x)\n"
+    )
     (tmp_path / "engine.py").write_text("import torch\n\n\ndef step(x):\n    print(x.cuda().item())\n")
     result = run_cli("scan", ".", "--output-format", "json", "--no-cache", cwd=tmp_path)
     contexts = {f["context"] for f in json.loads(result.out)}

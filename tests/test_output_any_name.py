@@ -113,6 +113,7 @@ def github_commands(text: str) -> list[tuple[str, dict[str, str], str]]:
     """The workflow commands in `text`, read as the Actions runner reads them: line by line (.NET's
     ReadLine ends a line at \\r, \\n or \\r\\n), then ActionCommand.TryParseV2 with its unescaping
     order (actions/runner, src/Runner.Common/ActionCommand.cs)."""
+
     def unescape(value: str, mappings: list[tuple[str, str]]) -> str:
         for escaped, character in mappings:
             value = value.replace(escaped, character)
@@ -130,7 +131,7 @@ def github_commands(text: str) -> list[tuple[str, dict[str, str], str]]:
         for pair in properties_text.strip().split(","):
             key, _, value = pair.partition("=")
             properties[key] = unescape(value, property_mappings)
-        commands.append((name, properties, unescape(message[end + 2:], data_mappings)))
+        commands.append((name, properties, unescape(message[end + 2 :], data_mappings)))
     return commands
 
 
@@ -195,11 +196,16 @@ def test_fingerprints_are_those_of_the_exact_bytes_in_every_format(project):
     folder, names = project
     sarif = json.loads(scan(folder, "sarif", UTF8))["runs"][0]["results"]
     gitlab = json.loads(scan(folder, "gitlab", UTF8))
-    by_uri = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]: r["partialFingerprints"]["loopaudit/v1"] for r in sarif}
+    by_uri = {
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]: r["partialFingerprints"]["loopaudit/v1"]
+        for r in sarif
+    }
     assert [r["partialFingerprints"]["loopaudit/v1"] for r in sarif] == [issue["fingerprint"] for issue in gitlab]
     assert len(set(by_uri.values())) == len(names)  # the two names shown alike are two findings
-    assert by_uri == {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]: r["partialFingerprints"]["loopaudit/v1"]
-                      for r in json.loads(scan(folder, "sarif", ENVIRONMENTS["C-locale"]))["runs"][0]["results"]}
+    assert by_uri == {
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]: r["partialFingerprints"]["loopaudit/v1"]
+        for r in json.loads(scan(folder, "sarif", ENVIRONMENTS["C-locale"]))["runs"][0]["results"]
+    }
 
 
 def test_a_baseline_of_any_names_hides_them_all(project, tmp_path):
@@ -211,7 +217,9 @@ def test_a_baseline_of_any_names_hides_them_all(project, tmp_path):
     document = json.loads(baseline.read_bytes())
     assert sorted(entry["filename"] for entry in document["findings"]) == sorted(shown(raw) for raw in names)
     sarif = json.loads(scan(folder, "sarif", UTF8))["runs"][0]["results"]
-    assert {entry["fingerprint"] for entry in document["findings"]} == {r["partialFingerprints"]["loopaudit/v1"] for r in sarif}
+    assert {entry["fingerprint"] for entry in document["findings"]} == {
+        r["partialFingerprints"]["loopaudit/v1"] for r in sarif
+    }
     kept = run_cli("scan", ".", "--select", "LA101", "--baseline", str(baseline), cwd=folder, env=ENVIRONMENTS["ascii"])
     assert kept.returncode == 0 and f"not shown: {len(names)} in the baseline" in kept.out
 
@@ -221,8 +229,13 @@ def test_github_annotations_carry_every_name_through_the_runners_unescaping(proj
     commands = github_commands(scan(folder, "github", UTF8).decode("utf-8"))
     assert sorted(properties["file"] for _, properties, _ in commands) == sorted(shown(raw) for raw in names)
     for name, properties, data in commands:
-        assert (name, properties["line"], properties["col"], properties["title"]) == ("warning", "7", "11", "loopaudit LA101")
-        assert data.startswith("LA101 `loss.mean(dim=\"\x1b[2J")
+        assert (name, properties["line"], properties["col"], properties["title"]) == (
+            "warning",
+            "7",
+            "11",
+            "loopaudit LA101",
+        )
+        assert data.startswith('LA101 `loss.mean(dim="\x1b[2J')
 
 
 def test_junit_shows_what_xml_cannot_carry_as_control_pictures(project):
@@ -237,11 +250,18 @@ def test_junit_shows_what_xml_cannot_carry_as_control_pictures(project):
 
 @pytest.mark.parametrize("environment", ["utf-8", "ascii"])
 def test_terminal_formats_show_names_and_code_without_control_characters(project, environment):
-    folder, names = project
+    folder, _ = project
     env = ENVIRONMENTS[environment]
     concise = decoded(scan(folder, "concise", env), env)
     full = decoded(scan(folder, "full", env), env)
-    for name in ("bad\\xffname.py", "esc\u241b[31mname.py", "new\u240aline.py", "cr\u240dname.py", "[bold]markup[red].py", "café 日本.py"):
+    for name in (
+        "bad\\xffname.py",
+        "esc\u241b[31mname.py",
+        "new\u240aline.py",
+        "cr\u240dname.py",
+        "[bold]markup[red].py",
+        "café 日本.py",
+    ):
         assert f"{on_stream(name, environment)}:7:11: LA101 " in concise
         assert f"{on_stream(name, environment)}:7:11: LA101 " in full
     # The source line is shown with its control characters as pictures, and the underline still
@@ -252,10 +272,14 @@ def test_terminal_formats_show_names_and_code_without_control_characters(project
 
 
 def test_an_ascii_stream_gets_the_reports_own_symbols_in_ascii(tmp_path):
-    (tmp_path / "train.py").write_text("import torch\nfrom steps import train_step\nmodel = torch.nn.Linear(4, 2).cuda()\n"
-                                       "for x, y in loader:\n    train_step(model, x)\n")
-    (tmp_path / "steps.py").write_text("import torch\ndef train_step(model, x):\n    loss = model(x.cuda()).sum()\n"
-                                       "    loss.backward()\n    print(loss.item())\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom steps import train_step\nmodel = torch.nn.Linear(4, 2).cuda()\n"
+        "for x, y in loader:\n    train_step(model, x)\n"
+    )
+    (tmp_path / "steps.py").write_text(
+        "import torch\ndef train_step(model, x):\n    loss = model(x.cuda()).sum()\n"
+        "    loss.backward()\n    print(loss.item())\n"
+    )
     result = run_cli("scan", ".", "--select", "LA101", cwd=tmp_path, env=ENVIRONMENTS["ascii"])
     assert result.returncode == 1 and result.stdout.isascii()
     assert "-> `train_step()` (train.py:5)" in result.out
@@ -271,10 +295,34 @@ def hostile_trace(folder: Path) -> bytes:
     for step in range(4):
         start = step * 1000
         events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "ts": start, "dur": 900, "pid": 1, "tid": 1},
-            {"ph": "X", "cat": "python_function", "name": f"{TRACE_FILE}(12): train", "ts": start + 10, "dur": 500, "pid": 1, "tid": 1},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "ts": start,
+                "dur": 900,
+                "pid": 1,
+                "tid": 1,
+            },
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"{TRACE_FILE}(12): train",
+                "ts": start + 10,
+                "dur": 500,
+                "pid": 1,
+                "tid": 1,
+            },
             {"ph": "X", "cat": "cpu_op", "name": "aten::item\x1b[2J", "ts": start + 20, "dur": 300, "pid": 1, "tid": 1},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "ts": start + 30, "dur": 200, "pid": 1, "tid": 1},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::_local_scalar_dense",
+                "ts": start + 30,
+                "dur": 200,
+                "pid": 1,
+                "tid": 1,
+            },
         ]
     return write_first_accepted(folder, [b"trace\xff\x1b.json", b"trace\x1b.json"], json.dumps({"traceEvents": events}))
 
@@ -326,7 +374,9 @@ def test_run_reports_a_script_of_a_hostile_name_on_an_ascii_stream(tmp_path):
     # The headline, the sync sites' and the loaders' tables, the findings, the bars in ASCII.
     assert f"loopaudit run: {where} on cpu" in full.out and f"{where}:13 " in full.out and f"{where}:4 " in full.out
     assert re.search(rf"^{re.escape(where)}:\d+:1: LA60\d ", full.out, re.MULTILINE) and "######" in full.out
-    measured = run_cli("run", os.fsdecode(raw), "--warmup", "2", "--steps", "6", "--output-format", "json", cwd=tmp_path, env=env)
+    measured = run_cli(
+        "run", os.fsdecode(raw), "--warmup", "2", "--steps", "6", "--output-format", "json", cwd=tmp_path, env=env
+    )
     document = json.loads(decoded(measured.stdout, env))
     assert document["script"] == shown(raw) and {f["filename"] for f in document["findings"]} == {shown(raw)}
 

@@ -20,7 +20,9 @@ def official_sarif_schema() -> dict:
     (path,) = [file for file in files if file.name == "sarif-schema.json"]
     schema = json.loads(path.read_text(encoding="utf-8"))
     assert schema["title"] == "Static Analysis Results Format (SARIF) Version 2.1.0 JSON Schema"
-    assert schema["id"] == "https://raw.githubusercontent.com/oasis-tcs/sarif-spec/master/Schemata/sarif-schema-2.1.0.json"
+    assert (
+        schema["id"] == "https://raw.githubusercontent.com/oasis-tcs/sarif-spec/master/Schemata/sarif-schema-2.1.0.json"
+    )
     return schema
 
 
@@ -63,7 +65,10 @@ def test_sarif_validates_against_the_official_schema_and_carries_every_finding(s
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"] == finding["code"]
         location = result["locations"][0]["physicalLocation"]
         assert location["artifactLocation"]["uri"] == finding["filename"]
-        assert (location["region"]["startLine"], location["region"]["startColumn"]) == (finding["location"]["row"], finding["location"]["column"])
+        assert (location["region"]["startLine"], location["region"]["startColumn"]) == (
+            finding["location"]["row"],
+            finding["location"]["column"],
+        )
     assert len({r["partialFingerprints"]["loopaudit/v1"] for r in results}) == len(results)
     assert all(rule["helpUri"].endswith(f"#{rule['id'].lower()}-{rule['name']}") for rule in rules)
 
@@ -79,7 +84,13 @@ def test_gitlab_code_quality_report(scanned):
     report = json.loads(formatted("gitlab"))
     assert len(report) == len(scanned)
     for issue, finding in zip(report, scanned):
-        assert issue["check_name"] == finding["code"] and issue["severity"] in ("info", "minor", "major", "critical", "blocker")
+        assert issue["check_name"] == finding["code"] and issue["severity"] in (
+            "info",
+            "minor",
+            "major",
+            "critical",
+            "blocker",
+        )
         assert issue["location"]["path"] == finding["filename"]
         assert issue["location"]["lines"]["begin"] == finding["location"]["row"]
         assert issue["description"].startswith(finding["code"])

@@ -6,7 +6,7 @@ import pytest
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the package itself supports 3.10
 
-from .conftest import REPO
+from .conftest import REPO  # noqa: E402 (after the skip: the module needs tomllib)
 
 
 def test_every_source_package_is_installed_under_the_loopaudit_namespace():

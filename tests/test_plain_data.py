@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.scan.engine import Outcome, ScanResult, analyze_file, analyze_many
-from loopaudit.findings.finding import Finding
-from loopaudit.scan.plain_data import InvalidData, from_plain, to_plain
 from loopaudit.analysis.cross_module import ModuleSummary, ProjectFacts
+from loopaudit.findings.finding import Finding
+from loopaudit.scan.engine import Outcome, ScanResult, analyze_file, analyze_many
+from loopaudit.scan.plain_data import InvalidData, from_plain, to_plain
 
 from .test_project import OPTIONS, PROJECTS, write_project
 
@@ -28,7 +28,9 @@ def test_scan_results_and_module_summaries_come_back_equal(tmp_path, name):
     result = analyze_many(items, 1)
     assert round_trip(result, ScanResult) == result
     for path, display, _, options in items:
-        summary = analyze_file(path, display, options, explicit=True, facts=ProjectFacts(roots=frozenset({"x"}))).summary
+        summary = analyze_file(
+            path, display, options, explicit=True, facts=ProjectFacts(roots=frozenset({"x"}))
+        ).summary
         if summary is not None:
             assert round_trip(summary, ModuleSummary) == summary
 
@@ -43,7 +45,8 @@ def test_findings_with_fixes_come_back_equal():
 
 def test_types_are_kept_where_json_would_blur_them():
     facts = ProjectFacts(
-        roots=frozenset({"a", "b"}), argument_values=(("f", "workers", 4), ("f", "pin", True), ("g", "x", None)),
+        roots=frozenset({"a", "b"}),
+        argument_values=(("f", "workers", 4), ("f", "pin", True), ("g", "x", None)),
         iterates=(("t", "loader", -1, False, True),),
     )
     back = round_trip(facts, ProjectFacts)
@@ -53,29 +56,32 @@ def test_types_are_kept_where_json_would_blur_them():
     assert round_trip({("loop", 3): 12}, dict[tuple[str, int], int]) == {("loop", 3): 12}
 
 
-@pytest.mark.parametrize(("kind", "data"), [
-    (int, True),
-    (int, "1"),
-    (bool, 1),
-    (str, None),
-    (float, float("nan")),
-    (object, [1]),
-    (tuple[str, ...], "abc"),
-    (tuple[str, int], ["a"]),
-    (frozenset[str], [["unhashable"]]),
-    (dict[str, int], [["a", 1]]),
-    (dict[tuple[str, int], int], [[["a", 1]]]),
-    (dict[tuple[str, int], int], [[[["a"], 1], 2]]),
-    (ProjectFacts, {"roots": []}),
-    (ProjectFacts, []),
-    (Outcome, [[], [], None]),
-    (dict, [1]),
-    (dict, {"a": {"b": [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}}),
-    (Finding | None, 0),
-    (tuple[frozenset[str], frozenset[str]], [list("abcdefgh"), {"same_as": 1}]),  # refers past what was written
-    (tuple[frozenset[str], frozenset[str]], [list("abcdefgh"), {"same_as": "0"}]),
-    (frozenset[str], {"same_as": 0}),
-])
+@pytest.mark.parametrize(
+    ("kind", "data"),
+    [
+        (int, True),
+        (int, "1"),
+        (bool, 1),
+        (str, None),
+        (float, float("nan")),
+        (object, [1]),
+        (tuple[str, ...], "abc"),
+        (tuple[str, int], ["a"]),
+        (frozenset[str], [["unhashable"]]),
+        (dict[str, int], [["a", 1]]),
+        (dict[tuple[str, int], int], [[["a", 1]]]),
+        (dict[tuple[str, int], int], [[[["a"], 1], 2]]),
+        (ProjectFacts, {"roots": []}),
+        (ProjectFacts, []),
+        (Outcome, [[], [], None]),
+        (dict, [1]),
+        (dict, {"a": {"b": [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}}),
+        (Finding | None, 0),
+        (tuple[frozenset[str], frozenset[str]], [list("abcdefgh"), {"same_as": 1}]),  # refers past what was written
+        (tuple[frozenset[str], frozenset[str]], [list("abcdefgh"), {"same_as": "0"}]),
+        (frozenset[str], {"same_as": 0}),
+    ],
+)
 def test_data_that_does_not_fit_its_type_is_refused(kind, data):
     with pytest.raises(InvalidData):
         from_plain(kind, data)

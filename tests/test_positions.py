@@ -10,9 +10,9 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from loopaudit.analysis.walk import iter_subtree
 from loopaudit.scan.engine import _rewrite
 from loopaudit.scan.positions import Positions
-from loopaudit.analysis.walk import iter_subtree
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("*.py"))
 
@@ -68,11 +68,15 @@ def test_every_node_has_libcst_positions(name, text):
 def test_a_unique_statement_is_placed_without_printing_the_module():
     text = "import torch\n\ndef train(loader):\n    for x in loader:\n        loss = x.sum()\n        loss.item()\n"
     module = cst.parse_module(text)
-    item = next(node for node in iter_subtree(module) if isinstance(node, cst.Call) and module.code_for_node(node) == "loss.item()")
+    item = next(
+        node
+        for node in iter_subtree(module)
+        if isinstance(node, cst.Call) and module.code_for_node(node) == "loss.item()"
+    )
     positions = Positions(module, text)
     placed = positions.place(item)
     assert placed is not None and module.code_for_node(placed.statement).strip() == "loss.item()"
-    assert text[placed.offset:].startswith("        loss.item()\n")
+    assert text[placed.offset :].startswith("        loss.item()\n")
     assert positions.line_of(item) == 6
     assert module.body[0] not in positions._known  # the rest of the module was never printed
 
@@ -80,7 +84,11 @@ def test_a_unique_statement_is_placed_without_printing_the_module():
 def test_duplicated_text_is_placed_by_a_larger_statement_or_the_whole_module():
     text = TRICKY["duplicated statements"]
     module = cst.parse_module(text)
-    items = [node for node in iter_subtree(module) if isinstance(node, cst.Call) and module.code_for_node(node) == "loss.item()"]
+    items = [
+        node
+        for node in iter_subtree(module)
+        if isinstance(node, cst.Call) and module.code_for_node(node) == "loss.item()"
+    ]
     positions = Positions(module, text)
     assert positions.place(items[0]) is None  # no enclosing statement's text occurs once
     assert [positions.line_of(item) for item in items] == [3, 6]
@@ -100,10 +108,12 @@ def test_a_rewrite_printed_in_place_equals_the_whole_module_printed(name, text):
     module = cst.parse_module(text)
     for old, new in _sample(name, list(_rewrites(module))):
         try:
-            expected = (module.deep_remove(old) if new is cst.RemovalSentinel.REMOVE else module.deep_replace(old, new)).code
+            expected = (
+                module.deep_remove(old) if new is cst.RemovalSentinel.REMOVE else module.deep_replace(old, new)
+            ).code
         except Exception:  # libcst refuses some removals (the only statement of a module suite)
             continue
         rewritten, same_before, same_after = _rewrite(old, new, module, text, Positions(module, text))
         assert rewritten == expected, module.code_for_node(old)
         assert text[:same_before] == expected[:same_before]
-        assert text[same_after:] == expected[len(expected) - (len(text) - same_after):]
+        assert text[same_after:] == expected[len(expected) - (len(text) - same_after) :]

@@ -38,7 +38,9 @@ def _git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProce
 
 
 def _pre_commit() -> list[str]:
-    executable = shutil.which("pre-commit", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    executable = shutil.which(
+        "pre-commit", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    )
     if executable is None:
         pytest.fail("the `pre-commit` command is not installed: run `pip install -e '.[test]'` first")
     return [executable]
@@ -58,25 +60,31 @@ def hooked_repository(tmp_path_factory) -> tuple[Path, dict]:
     env = {
         **os.environ,
         "PRE_COMMIT_HOME": str(folder / "pre-commit-home"),
-        "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com",
-        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.com",
+        "GIT_AUTHOR_NAME": "Test",
+        "GIT_AUTHOR_EMAIL": "test@example.com",
+        "GIT_COMMITTER_NAME": "Test",
+        "GIT_COMMITTER_EMAIL": "test@example.com",
         "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
     }
     repository = folder / "project"
     repository.mkdir()
     _git("init", "-q", "-b", "main", cwd=repository)
     # The snippet the README gives, with this checkout for the repository and its HEAD for the rev.
-    (repository / ".pre-commit-config.yaml").write_text(textwrap.dedent(f"""\
+    (repository / ".pre-commit-config.yaml").write_text(
+        textwrap.dedent(f"""\
         repos:
           - repo: {REPO}
             rev: {head.stdout.strip()}
             hooks:
               - id: loopaudit
-    """))
+    """)
+    )
     install = subprocess.run([*_pre_commit(), "install"], cwd=repository, capture_output=True, text=True, env=env)
     assert install.returncode == 0, install.stderr
     # Build the hook's environment once, before the commits (pip installs loopaudit into it).
-    built = subprocess.run([*_pre_commit(), "install-hooks"], cwd=repository, capture_output=True, text=True, env=env, timeout=900)
+    built = subprocess.run(
+        [*_pre_commit(), "install-hooks"], cwd=repository, capture_output=True, text=True, env=env, timeout=900
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     _git("add", ".pre-commit-config.yaml", cwd=repository)
     return repository, env
@@ -85,7 +93,9 @@ def hooked_repository(tmp_path_factory) -> tuple[Path, dict]:
 def _commit(repository: Path, env: dict, name: str, text: str) -> subprocess.CompletedProcess:
     (repository / name).write_text(text)
     subprocess.run(["git", "add", name], cwd=repository, check=True, env=env)
-    return subprocess.run(["git", "commit", "-m", f"add {name}"], cwd=repository, capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        ["git", "commit", "-m", f"add {name}"], cwd=repository, capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def test_a_commit_with_a_per_step_sync_is_refused(hooked_repository):

@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
+from loopaudit.rule_api.registry import all_rules, select_rules
 from loopaudit.scan.engine import ScanOptions, passes_prefilter
 from loopaudit.scan.prefilter import may_contain_findings
-from loopaudit.rule_api.registry import all_rules, select_rules
 
 from .conftest import FIXTURES, findings_of
 from .test_step_model import CASES
@@ -56,22 +56,25 @@ def test_in_a_project_the_torch_import_and_the_device_may_be_in_another_module()
     assert not may_contain_findings(model, only_cuda_rules=True, in_project=True)
 
 
-@pytest.mark.parametrize("step_line,passes", [
-    ("latents = self.scheduler.step(noise_pred, t, latents).prev_sample", False),  # a diffusion sampler
-    ("lr_scheduler.step()", False),
-    ("for i, t in enumerate(timesteps):", False),  # no range: the step model never counts it
-    ("for t in tqdm(self.progress_bar(timesteps)):", False),
-    ("optimizer.step()", True),
-    ("scaler.step(optimizer); scheduler.step()", True),
-    ("self.optimizers().step()", True),
-    ("loss.backward()", True),
-    ("for i in tqdm(range(num_steps)):", True),
-    ("for i, _ in enumerate(range(max_iters)):", True),
-    ("for it in trange(total_steps):", True),
-    ("for i in range(0, lastframe, opt.batch_size):", True),  # one batch at a time (stepmodel.batch_stride)
-    ("for i in tqdm(range(0, len(images), batch_size)):", True),
-    ("for i in range(0, len(images), 2):", False),
-])
+@pytest.mark.parametrize(
+    "step_line,passes",
+    [
+        ("latents = self.scheduler.step(noise_pred, t, latents).prev_sample", False),  # a diffusion sampler
+        ("lr_scheduler.step()", False),
+        ("for i, t in enumerate(timesteps):", False),  # no range: the step model never counts it
+        ("for t in tqdm(self.progress_bar(timesteps)):", False),
+        ("optimizer.step()", True),
+        ("scaler.step(optimizer); scheduler.step()", True),
+        ("self.optimizers().step()", True),
+        ("loss.backward()", True),
+        ("for i in tqdm(range(num_steps)):", True),
+        ("for i, _ in enumerate(range(max_iters)):", True),
+        ("for it in trange(total_steps):", True),
+        ("for i in range(0, lastframe, opt.batch_size):", True),  # one batch at a time (stepmodel.batch_stride)
+        ("for i in tqdm(range(0, len(images), batch_size)):", True),
+        ("for i in range(0, len(images), 2):", False),
+    ],
+)
 def test_a_step_line_passes_only_when_the_step_model_could_act_on_it(step_line, passes):
     """A denoising loop (`scheduler.step` over `enumerate(timesteps)`) is neither a training call nor a
     counted step loop: a file that has nothing else is not parsed (293 diffusers pipelines were)."""

@@ -44,12 +44,22 @@ SCRIPT = textwrap.dedent("""\
 def run_probe(tmp_path, script_text: str, **overrides):
     script = tmp_path / "train.py"
     script.write_text(script_text)
-    config = {"warmup": 2, "steps": 5, "profile": False, "trace_out": None,
-              "report": str(tmp_path / "report.json"), "stop": True, **overrides}
+    config = {
+        "warmup": 2,
+        "steps": 5,
+        "profile": False,
+        "trace_out": None,
+        "report": str(tmp_path / "report.json"),
+        "stop": True,
+        **overrides,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     completed = subprocess.run(
         [sys.executable, "-m", "loopaudit.profiling.in_script.child", str(tmp_path / "config.json"), "train.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},  # the CPU path, on a machine with a GPU too
     )
     report = json.loads((tmp_path / "report.json").read_text()) if (tmp_path / "report.json").exists() else None
@@ -78,7 +88,7 @@ def test_a_script_that_raises_at_step_5_keeps_its_traceback_and_fails(tmp_path):
         "            if main.steps == 5:\n"
         "                raise RuntimeError('boom')",
     )
-    completed, report = run_probe(tmp_path, failing)
+    completed, _ = run_probe(tmp_path, failing)
     assert completed.returncode == 1
     assert "RuntimeError: boom" in completed.stderr and f'File "{tmp_path / "train.py"}", line' in completed.stderr
     assert "runpy" not in completed.stderr and "loopaudit" not in completed.stderr
@@ -99,7 +109,9 @@ def test_the_runner_hears_of_the_steps_as_they_pass(tmp_path):
     script.write_text(SCRIPT)
     seen: list[int] = []
     with open(os.devnull, "w") as quiet:
-        outcome = run_script(RunRequest(script=str(script), warmup=2, steps=5, script_output=quiet, on_progress=seen.append))
+        outcome = run_script(
+            RunRequest(script=str(script), warmup=2, steps=5, script_output=quiet, on_progress=seen.append)
+        )
     assert outcome.report is not None and outcome.report.window_complete
     assert seen and seen == sorted(seen) and len(set(seen)) == len(seen)  # told as steps pass, each count once
     assert seen[-1] <= 2 + 5

@@ -26,4 +26,3 @@ def test_a_piped_scan_prints_no_progress():
     result = run_cli("scan", str(FIXTURES), "--output-format", "concise", "--exit-zero")
     assert result.returncode == 0
     assert "scanning" not in result.err and "━" not in result.err + result.out
-

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from loopaudit.scan.engine import ScanOptions, analyze_many
 from loopaudit.rule_api.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_many
 
 from .conftest import run_cli
 
@@ -36,7 +36,9 @@ def expected(root: Path) -> set[tuple[str, int, str]]:
         for row, line in enumerate(path.read_text().splitlines(), 1):
             match = _EXPECT.search(line)
             if match:
-                marks.update((path.relative_to(root).as_posix(), row, code.strip()) for code in match.group(1).split(","))
+                marks.update(
+                    (path.relative_to(root).as_posix(), row, code.strip()) for code in match.group(1).split(",")
+                )
     return marks
 
 
@@ -907,8 +909,10 @@ def test_command_line_scan_of_a_folder_follows_imports(tmp_path):
 
 
 def test_fix_in_a_callee_uses_what_the_caller_said(tmp_path):
-    write_project(tmp_path, {
-        "train.py": """
+    write_project(
+        tmp_path,
+        {
+            "train.py": """
             import torch
             from torch.utils.data import DataLoader
             from engine import train_epoch
@@ -917,7 +921,7 @@ def test_fix_in_a_callee_uses_what_the_caller_said(tmp_path):
             for epoch in range(10):
                 train_epoch(model, loader, "cuda")
             """,
-        "engine.py": """
+            "engine.py": """
             def train_epoch(model, loader, device):
                 for x, y in loader:
                     x = x.to(device)
@@ -925,7 +929,8 @@ def test_fix_in_a_callee_uses_what_the_caller_said(tmp_path):
                     loss.backward()
                     optimizer.step()
             """,
-    })
+        },
+    )
     before = run_cli("scan", str(tmp_path), "--output-format", "concise", "--select", "LA202")
     assert "engine.py:3:" in before.out and "LA202" in before.out
     fixed = run_cli("scan", str(tmp_path), "--fix", "--select", "LA202")
@@ -941,15 +946,17 @@ def test_a_folder_scan_parses_the_files_the_prefilter_skips_when_the_project_nee
     result = run_cli("scan", str(tmp_path), "--output-format", "json")
     reported = {(f["filename"], f["location"]["row"], f["code"]) for f in json.loads(result.out)}
     prefix = str(tmp_path) + "/"
-    assert {(path[len(prefix):], row, code) for path, row, code in reported} == expected(tmp_path)
+    assert {(path[len(prefix) :], row, code) for path, row, code in reported} == expected(tmp_path)
 
 
 def test_a_project_folder_named_like_one_of_its_modules_does_not_hide_it(tmp_path):
     """RAFT: `sys.path.append('core')` then `from raft import RAFT` in raft/train.py means core/raft.py,
     not the scanned folder raft/ (which has no `__init__.py`, so it is no package)."""
     root = tmp_path / "raft"
-    write_project(root, {
-        "train.py": """
+    write_project(
+        root,
+        {
+            "train.py": """
             import sys
             sys.path.append("core")
             import torch
@@ -960,7 +967,7 @@ def test_a_project_folder_named_like_one_of_its_modules_does_not_hide_it(tmp_pat
                 loss.backward()
                 optimizer.step()
             """,
-        "core/raft.py": """
+            "core/raft.py": """
             import torch
 
             class RAFT(torch.nn.Module):
@@ -968,7 +975,8 @@ def test_a_project_folder_named_like_one_of_its_modules_does_not_hide_it(tmp_pat
                     grid = torch.arange(image.shape[-1]).to(image.device)  # expect: LA205
                     return self.net(image) + grid
             """,
-    })
+        },
+    )
     assert found(scan(root)) == expected(root)
 
 
@@ -1036,15 +1044,29 @@ def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
     from loopaudit.analysis.layout import ProjectLayout
 
     files = [
-        "site-packages/torch/__init__.py", "site-packages/torch/nn/__init__.py", "site-packages/torch/nn/linear.py",
-        "timm/timm/__init__.py", "timm/timm/models/__init__.py", "timm/timm/models/resnet.py", "timm/train.py",
-        "diffusers/src/diffusers/__init__.py", "diffusers/src/diffusers/models/__init__.py",
-        "diffusers/src/diffusers/models/unet.py", "diffusers/examples/train_unet.py",
-        "mine/src/myproj/__init__.py", "mine/src/myproj/model.py", "mine/train.py",
-        "odd/src/__init__.py", "odd/src/diffusers/__init__.py", "odd/src/diffusers/unet.py",
-        "hf/datasets/src/datasets/__init__.py", "hf/datasets/src/datasets/arrow_dataset.py",
-        "venv/site-packages/accelerate/__init__.py", "venv/site-packages/accelerate-1.0.dist-info/METADATA",
-        "peft/pyproject.toml", "peft/peft/__init__.py",
+        "site-packages/torch/__init__.py",
+        "site-packages/torch/nn/__init__.py",
+        "site-packages/torch/nn/linear.py",
+        "timm/timm/__init__.py",
+        "timm/timm/models/__init__.py",
+        "timm/timm/models/resnet.py",
+        "timm/train.py",
+        "diffusers/src/diffusers/__init__.py",
+        "diffusers/src/diffusers/models/__init__.py",
+        "diffusers/src/diffusers/models/unet.py",
+        "diffusers/examples/train_unet.py",
+        "mine/src/myproj/__init__.py",
+        "mine/src/myproj/model.py",
+        "mine/train.py",
+        "odd/src/__init__.py",
+        "odd/src/diffusers/__init__.py",
+        "odd/src/diffusers/unet.py",
+        "hf/datasets/src/datasets/__init__.py",
+        "hf/datasets/src/datasets/arrow_dataset.py",
+        "venv/site-packages/accelerate/__init__.py",
+        "venv/site-packages/accelerate-1.0.dist-info/METADATA",
+        "peft/pyproject.toml",
+        "peft/peft/__init__.py",
     ]
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -1052,12 +1074,19 @@ def test_the_sources_of_a_known_library_are_its_own_in_any_layout(tmp_path):
     layout = ProjectLayout(str(tmp_path / name) for name in files)
     libraries = {name for name in files if layout.is_library(str(tmp_path / name))}
     assert libraries == {
-        "site-packages/torch/__init__.py", "site-packages/torch/nn/__init__.py", "site-packages/torch/nn/linear.py",
-        "timm/timm/__init__.py", "timm/timm/models/__init__.py", "timm/timm/models/resnet.py",
-        "diffusers/src/diffusers/__init__.py", "diffusers/src/diffusers/models/__init__.py",
+        "site-packages/torch/__init__.py",
+        "site-packages/torch/nn/__init__.py",
+        "site-packages/torch/nn/linear.py",
+        "timm/timm/__init__.py",
+        "timm/timm/models/__init__.py",
+        "timm/timm/models/resnet.py",
+        "diffusers/src/diffusers/__init__.py",
+        "diffusers/src/diffusers/models/__init__.py",
         "diffusers/src/diffusers/models/unet.py",
-        "hf/datasets/src/datasets/__init__.py", "hf/datasets/src/datasets/arrow_dataset.py",
-        "venv/site-packages/accelerate/__init__.py", "peft/peft/__init__.py",
+        "hf/datasets/src/datasets/__init__.py",
+        "hf/datasets/src/datasets/arrow_dataset.py",
+        "venv/site-packages/accelerate/__init__.py",
+        "peft/peft/__init__.py",
     }
     # A research repository's own datasets/ beside its scripts is what they import, not Hugging Face's.
     own = ["melgan/datasets/dataloader.py", "melgan/trainer.py"]
@@ -1094,12 +1123,15 @@ def test_a_library_cloned_in_the_src_layout_is_not_the_project_of_its_examples(t
         """
     for package, mark in (("diffusers", ""), ("myproj", "  # expect: LA101")):
         root = tmp_path / package
-        write_project(root, {
-            f"src/{package}/__init__.py": "",
-            f"src/{package}/models/__init__.py": "",
-            f"src/{package}/models/unet.py": model.replace("{mark}", mark),
-            "examples/train.py": CUDA_TRAINING,
-        })
+        write_project(
+            root,
+            {
+                f"src/{package}/__init__.py": "",
+                f"src/{package}/models/__init__.py": "",
+                f"src/{package}/models/unet.py": model.replace("{mark}", mark),
+                "examples/train.py": CUDA_TRAINING,
+            },
+        )
         assert found(scan(root, named=False)) == expected(root), package
 
 
@@ -1115,7 +1147,9 @@ def test_a_scan_of_several_repositories_runs_each_ones_models_by_its_own_trainin
         """
     for marked, mark in ((True, ""), (False, "  # expect: LA101")):
         root = tmp_path / ("marked" if marked else "unmarked")
-        write_project(root, {"trainer/train.py": CUDA_TRAINING, "vision/vision/matcher.py": model.replace("{mark}", mark)})
+        write_project(
+            root, {"trainer/train.py": CUDA_TRAINING, "vision/vision/matcher.py": model.replace("{mark}", mark)}
+        )
         if marked:
             (root / "trainer" / ".git").mkdir()
             (root / "vision" / "pyproject.toml").write_text("[project]\nname = 'vision'\n")
@@ -1216,11 +1250,14 @@ def test_models_are_parsed_only_where_their_repository_trains_on_cuda(tmp_path, 
         """
     for trains in (False, True):
         root = tmp_path / ("trains" if trains else "library")
-        write_project(root, {
-            "geometry/ransac.py": CUDA_TRAINING if trains else algorithm,
-            "feature/matcher.py": model.replace("{mark}", "  # expect: LA101" if trains else ""),
-            "feature/broken.py": "import torch\nclass Broken(torch.nn.Module):\n    def forward(self, x) return x\n",
-        })
+        write_project(
+            root,
+            {
+                "geometry/ransac.py": CUDA_TRAINING if trains else algorithm,
+                "feature/matcher.py": model.replace("{mark}", "  # expect: LA101" if trains else ""),
+                "feature/broken.py": "import torch\nclass Broken(torch.nn.Module):\n    def forward(self, x) return x\n",
+            },
+        )
         analysed.clear()
         findings = found(scan(root, named=False))
         assert ("feature/matcher.py" in analysed) == trains

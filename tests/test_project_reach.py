@@ -1370,6 +1370,8 @@ def test_reach(tmp_path, name, named):
 
 
 def test_a_call_resolved_by_method_name_says_so(tmp_path):
-    write_project(tmp_path, CASES["a method called on an object a config builds: every project method of that name the call fits"])
+    write_project(
+        tmp_path, CASES["a method called on an object a config builds: every project method of that name the call fits"]
+    )
     (finding,) = scan(tmp_path)
     assert finding.context.endswith("resolved by name to `DrQAgent.update`")

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from loopaudit.scan.engine import ScanOptions, analyze_bytes
 from loopaudit.rule_api.registry import all_rules
+from loopaudit.scan.engine import ScanOptions, analyze_bytes
 
 from .conftest import FIXTURES, run_cli
 
@@ -42,7 +42,6 @@ def test_odd_sources_never_raise(name):
     assert all(f.code.startswith("LA") for f in findings)
 
 
-
 def test_a_name_rebound_in_many_branches_is_followed_once_per_binding():
     """diffusers' blocks rebind `hidden_states` in dozens of `if` branches. Following where a batch
     comes from walked every path through those bindings (30 branches, five names deep: 30^5 paths)
@@ -53,6 +52,7 @@ def test_a_name_rebound_in_many_branches_is_followed_once_per_binding():
     lines += ["    loss = model(h.cuda()).sum()", "    loss.backward()", "    optimizer.step()"]
     findings = analyze_bytes("\n".join(lines).encode() + b"\n", "chain.py", OPTIONS, explicit=True)
     assert [(f.code, f.location.row) for f in findings] == [("LA202", len(lines) - 2)]
+
 
 def test_every_truncation_of_every_fixture_is_handled():
     random.seed(1234)

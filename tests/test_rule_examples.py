@@ -63,7 +63,16 @@ def test_invalid_example_reports_exactly_the_marked_lines(rule, example):
 def test_rule_is_documented(rule):
     assert re.fullmatch(r"LA\d{3}", rule.code)
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.name)
-    for field in ("summary", "message", "suggestion", "what_it_flags", "why_it_costs", "example", "use_instead", "fix_safety"):
+    for field in (
+        "summary",
+        "message",
+        "suggestion",
+        "what_it_flags",
+        "why_it_costs",
+        "example",
+        "use_instead",
+        "fix_safety",
+    ):
         assert getattr(rule, field).strip(), f"{rule.code} has no {field}"
 
 

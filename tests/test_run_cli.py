@@ -122,7 +122,9 @@ CPU_PATH = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def run_json(folder: Path, *args: str, script: str = "train.py", script_may_fail: bool = False):
-    result = run_cli("run", script, *args, "--output-format", "json", cwd=folder, script_may_fail=script_may_fail, env=CPU_PATH)
+    result = run_cli(
+        "run", script, *args, "--output-format", "json", cwd=folder, script_may_fail=script_may_fail, env=CPU_PATH
+    )
     return result, (json.loads(result.out) if result.out.strip() else None)
 
 
@@ -215,14 +217,17 @@ def test_scripts_that_measure_nothing_say_why(tmp_path, source, status, message)
 
 
 def test_a_short_script_is_measured_as_far_as_it_goes(tmp_path):
-    write_script(tmp_path, textwrap.dedent("""\
+    write_script(
+        tmp_path,
+        textwrap.dedent("""\
         import torch
         model = torch.nn.Linear(2, 2)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(4):
             model(torch.randn(4, 2)).sum().backward()
             optimizer.step()
-    """))
+    """),
+    )
     result, document = run_json(tmp_path, *SHORT)
     assert result.returncode == 0, result.err
     assert document["steps_measured"] == 2 and not document["window_complete"] and not document["stopped"]
@@ -248,9 +253,11 @@ def test_static_findings_are_confirmed_by_the_run(tmp_path):
     # Written for a GPU, run on this CPU: the scan flags the `.item()`, the run confirms it.
     script = SLOW_LOADER.replace(
         "    model = torch.nn.Linear(32, 10)\n",
-        "    device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
-        "    model = torch.nn.Linear(32, 10).to(device)\n",
-    ).replace("loss = torch.nn.functional.cross_entropy(model(x), y)", "loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))")
+        "    device = 'cuda' if torch.cuda.is_available() else 'cpu'\n    model = torch.nn.Linear(32, 10).to(device)\n",
+    ).replace(
+        "loss = torch.nn.functional.cross_entropy(model(x), y)",
+        "loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))",
+    )
     write_script(tmp_path, script)
     scan = run_cli("scan", "train.py", "--output-format", "json", cwd=tmp_path)
     scanned = {(f["code"], f["location"]["row"]) for f in json.loads(scan.out)}
@@ -298,7 +305,9 @@ def test_trace_out_names_the_file_and_implies_profile(tmp_path):
 def test_timeout_reports_what_was_measured(tmp_path):
     # 5 steps, then one that hangs: the count measured by the timeout does not depend on the machine's
     # speed, and the timeout can be generous (the 5 steps take milliseconds).
-    write_script(tmp_path, textwrap.dedent("""\
+    write_script(
+        tmp_path,
+        textwrap.dedent("""\
         import time
         import torch
         model = torch.nn.Linear(2, 2)
@@ -308,7 +317,8 @@ def test_timeout_reports_what_was_measured(tmp_path):
                 time.sleep(3600)
             model(torch.randn(4, 2)).sum().backward()
             optimizer.step()
-    """))
+    """),
+    )
     result, document = run_json(tmp_path, "--warmup", "0", "--steps", "500", "--timeout", "8")
     assert result.returncode == 0, result.err
     assert document["timed_out"] and not document["window_complete"]
@@ -318,7 +328,9 @@ def test_timeout_reports_what_was_measured(tmp_path):
 
 def test_with_no_warmup_the_start_up_is_not_a_measured_step(tmp_path):
     # Step 1 of a loop without a DataLoader runs from the script's start: 1 s of start-up here.
-    write_script(tmp_path, textwrap.dedent("""\
+    write_script(
+        tmp_path,
+        textwrap.dedent("""\
         import time
         import torch
         time.sleep(1.0)
@@ -328,7 +340,8 @@ def test_with_no_warmup_the_start_up_is_not_a_measured_step(tmp_path):
         for step in range(10):
             model(torch.randn(4, 2)).sum().backward()
             optimizer.step()
-    """))
+    """),
+    )
     result, document = run_json(tmp_path, "--warmup", "0", "--steps", "3")
     assert result.returncode == 0, result.err
     assert document["steps_measured"] == 3 and document["window_complete"]

@@ -14,8 +14,8 @@ import json
 import os
 import pty
 import select
-import signal
 import shutil
+import signal
 import subprocess
 import tempfile
 import textwrap
@@ -79,11 +79,7 @@ HANDLING = {
     "plain": "train()",
     # pytorch/examples' word_language_model: Ctrl-C ends the training, then the script evaluates.
     "catches-keyboard-interrupt": (
-        "try:\n"
-        "    train()\n"
-        "except KeyboardInterrupt:\n"
-        "    print('Exiting from training early')\n"
-        "    evaluate()"
+        "try:\n    train()\nexcept KeyboardInterrupt:\n    print('Exiting from training early')\n    evaluate()"
     ),
     "ignores-sigint": "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntrain()",
     # A cluster job's handler that saves a checkpoint on SIGTERM and carries on, deaf to Ctrl-C too.
@@ -109,7 +105,9 @@ class Run:
         # xdist, `/tmp/pytest-of-root/pytest-123/popen-gw1/test_a_signal_to_loopaudit_sto0/tmp/...`, do).
         self.temp = Path(tempfile.mkdtemp(prefix="la-"))
         weakref.finalize(self, shutil.rmtree, self.temp, True)
-        (folder / "train.py").write_text(SCRIPT.replace("HANDLING", textwrap.indent(HANDLING[handling], "    ").lstrip()))
+        (folder / "train.py").write_text(
+            SCRIPT.replace("HANDLING", textwrap.indent(HANDLING[handling], "    ").lstrip())
+        )
         self.environment = {**os.environ, "TMPDIR": str(self.temp)}
         self.process: subprocess.Popen | None = None
         self.processes: dict[int, int] = {}  # the script's processes: pid -> start time
@@ -117,7 +115,11 @@ class Run:
     def start(self, *options: str) -> Run:
         with open(self.folder / "out", "wb") as out, open(self.folder / "err", "wb") as err:
             self.process = subprocess.Popen(
-                self.command("--output-format", "json", *options), cwd=self.folder, stdout=out, stderr=err, env=self.environment,
+                self.command("--output-format", "json", *options),
+                cwd=self.folder,
+                stdout=out,
+                stderr=err,
+                env=self.environment,
             )
         return self
 
@@ -174,7 +176,9 @@ def start_time(pid: int) -> int | None:
 
 
 @pytest.mark.parametrize(
-    ("stop", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"],
+    ("stop", "status"),
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+    ids=["SIGTERM", "SIGINT"],
 )
 def test_a_signal_to_loopaudit_stops_the_script_and_its_workers_and_reports(tmp_path, stop, status):
     run = Run(tmp_path, "plain").start("--profile")
@@ -240,5 +244,7 @@ def test_ctrl_c_in_a_terminal_reaches_loopaudit_alone_which_stops_the_script(tmp
     _, status = os.waitpid(pid, 0)
     text = shown.decode("utf-8", "replace")
     assert os.waitstatus_to_exitcode(status) == 130, text
-    assert f"{MEASURED} optimizer steps measured" in text and "Interrupted: what was measured until then is below." in text
+    assert (
+        f"{MEASURED} optimizer steps measured" in text and "Interrupted: what was measured until then is below." in text
+    )
     assert run.survivors() == [] and run.temporary_folders() == []

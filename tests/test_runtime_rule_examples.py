@@ -33,7 +33,16 @@ def script_cases(kind: str) -> list:
     cases = []
     for rule in RUNTIME_RULES:
         for number, example in enumerate(getattr(rule, kind)):
-            marks = [pytest.mark.skipif(not _cuda_available(), reason=f"{rule.code}'s scripts show only on a CUDA GPU; its trace examples run here")] if rule.requires_cuda else []
+            marks = (
+                [
+                    pytest.mark.skipif(
+                        not _cuda_available(),
+                        reason=f"{rule.code}'s scripts show only on a CUDA GPU; its trace examples run here",
+                    )
+                ]
+                if rule.requires_cuda
+                else []
+            )
             cases.append(pytest.param(rule, example, id=f"{rule.code}-{kind}-{number}", marks=marks))
     return cases
 
@@ -50,8 +59,18 @@ def run_example(tmp_path, rule, example: str) -> list[tuple[int, str]]:
     pytest.importorskip("torch", reason="runtime rules' scripts need torch (pip install 'loopaudit[profile]')")
     (tmp_path / "example.py").write_text(example)
     result = run_cli(
-        "run", "example.py", "--warmup", "2", "--steps", "6", "--select", rule.code, "--output-format", "json",
-        *(["--profile"] if rule.needs_trace else []), cwd=tmp_path,
+        "run",
+        "example.py",
+        "--warmup",
+        "2",
+        "--steps",
+        "6",
+        "--select",
+        rule.code,
+        "--output-format",
+        "json",
+        *(["--profile"] if rule.needs_trace else []),
+        cwd=tmp_path,
     )
     assert result.returncode in (0, 1), result.err
     document = json.loads(result.out)

@@ -26,15 +26,23 @@ def test_escape_surrogates_writes_undecodable_bytes_as_python_does_and_leaves_va
     assert escape_surrogates(EVERY_CODE_POINT).encode("utf-8")
     assert escape_surrogates(VALID) == VALID
     name = os.fsdecode(b"bad\xff\xfename.py")
-    assert escape_surrogates(name) == b"bad\xff\xfename.py".decode("utf-8", "backslashreplace") == "bad\\xff\\xfename.py"
+    assert (
+        escape_surrogates(name) == b"bad\xff\xfename.py".decode("utf-8", "backslashreplace") == "bad\\xff\\xfename.py"
+    )
     assert escape_surrogates("trace \ud800") == "trace \\ud800"  # a lone surrogate no file system made
 
 
 def test_json_ready_documents_are_json_that_any_parser_takes():
-    document = {"file\udcff": ["bad\udcffname.py", {"nan": math.nan, "inf": -math.inf, "n": 1.5, "ok": True, "none": None}], "t": (1, "é")}
+    document = {
+        "file\udcff": ["bad\udcffname.py", {"nan": math.nan, "inf": -math.inf, "n": 1.5, "ok": True, "none": None}],
+        "t": (1, "é"),
+    }
     text = json.dumps(json_ready(document), allow_nan=False)  # allow_nan=False: NaN is no JSON
     assert text.isascii()
-    assert json.loads(text) == {"file\\xff": ["bad\\xffname.py", {"nan": None, "inf": None, "n": 1.5, "ok": True, "none": None}], "t": [1, "é"]}
+    assert json.loads(text) == {
+        "file\\xff": ["bad\\xffname.py", {"nan": None, "inf": None, "n": 1.5, "ok": True, "none": None}],
+        "t": [1, "é"],
+    }
     assert json_ready(VALID) == VALID
 
 
@@ -60,7 +68,10 @@ def test_encodable_text_fits_the_stream_and_spells_the_reports_symbols_in_ascii(
     assert encodable(EVERY_CODE_POINT, "ascii").isascii()
     assert encodable(EVERY_CODE_POINT, "latin-1").encode("latin-1")
     assert encodable(VALID, "utf-8") == VALID
-    assert encodable("loop (a.py:3) → `step()` ×2 — █░▓ é \udcff", "ascii") == "loop (a.py:3) -> `step()` x2 - #.= \\xe9 \\xff"
+    assert (
+        encodable("loop (a.py:3) → `step()` ×2 — █░▓ é \udcff", "ascii")
+        == "loop (a.py:3) -> `step()` x2 - #.= \\xe9 \\xff"
+    )
 
 
 def test_artifact_uris_are_uri_references_of_the_exact_bytes():

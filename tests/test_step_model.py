@@ -730,7 +730,8 @@ def test_a_value_the_iteration_moves_later_is_on_the_host_until_then():
     index = build_index(module, (cst.Call,))
     tensors = TensorInference(index, StepModel(index))
     before, after = (
-        (site.call.func.value, site.scope) for site in index.calls
+        (site.call.func.value, site.scope)
+        for site in index.calls
         if isinstance(site.call.func, cst.Attribute) and site.call.func.attr.value == "max"
     )
     assert tensors.kind(*before) is Kind.HOST_TENSOR

@@ -53,7 +53,9 @@ def test_blocking_copies_of_the_2021_trace_are_attributed_to_the_script_line():
     assert result.device == "Tesla V100-DGXS-32GB"
     assert len(result.steps) == 6
     stream_syncs = [s for s in result.syncs if s.call == "cudaStreamSynchronize"]
-    assert [(s.operator, str(s.frame), s.count) for s in stream_syncs] == [("aten::to", "resnet50_profiler_api.py:44", 12)]
+    assert [(s.operator, str(s.frame), s.count) for s in stream_syncs] == [
+        ("aten::to", "resnet50_profiler_api.py:44", 12)
+    ]
     (copies,) = result.copies
     assert (copies.kind, copies.count, copies.bytes) == ("HtoD pageable", 12, 115607040)
 
@@ -98,7 +100,9 @@ def test_files_that_are_not_traces_raise_a_clear_error(tmp_path):
 
 
 def test_a_gzipped_trace_reads_like_the_plain_one(tmp_path):
-    document = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
+    document = (
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
+    )
     plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
     plain.write_bytes(document)
     packed.write_bytes(gzip.compress(document))
@@ -119,8 +123,16 @@ def test_the_probes_own_frames_are_not_the_scripts_line(tmp_path):
         event("loopaudit/profiling/spy.py(244): make", "python_function", 10, 80),
         event("aten::item", "cpu_op", 20, 60),
         event("cudaStreamSynchronize", "cuda_runtime", 30, 40, correlation=7),
-        {"ph": "X", "name": "Memcpy DtoH (Device -> Pageable)", "cat": "gpu_memcpy", "ts": 40, "dur": 5, "pid": 0, "tid": 7,
-         "args": {"correlation": 7, "bytes": 4}},
+        {
+            "ph": "X",
+            "name": "Memcpy DtoH (Device -> Pageable)",
+            "cat": "gpu_memcpy",
+            "ts": 40,
+            "dur": 5,
+            "pid": 0,
+            "tid": 7,
+            "args": {"correlation": 7, "bytes": 4},
+        },
     ]
     path = tmp_path / "run.pt.trace.json"
     path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100"}]}))

@@ -62,7 +62,17 @@ def analyze_measured(path, timeout: float = 120) -> tuple[int, str, str, int]:
     """`loopaudit analyze PATH --output-format json` in a fresh process: exit status, stdout, stderr,
     and the peak RSS in bytes of that process alone (os.wait4 in a small launcher, _MEASURED)."""
     measured = path.parent / "measured.txt"
-    command = [sys.executable, "-c", _MEASURED, str(measured), *loopaudit_command(), "analyze", str(path), "--output-format", "json"]
+    command = [
+        sys.executable,
+        "-c",
+        _MEASURED,
+        str(measured),
+        *loopaudit_command(),
+        "analyze",
+        str(path),
+        "--output-format",
+        "json",
+    ]
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = launcher.communicate(timeout=timeout)
@@ -82,10 +92,20 @@ def analyze_measured(path, timeout: float = 120) -> tuple[int, str, str, int]:
     ("text", "message"),
     [
         pytest.param(
-            trace_text(complete_event(), complete_event(ts="NaN")), "`traceEvents[1].ts` is NaN: not a finite number", id="NaN",
+            trace_text(complete_event(), complete_event(ts="NaN")),
+            "`traceEvents[1].ts` is NaN: not a finite number",
+            id="NaN",
         ),
-        pytest.param(trace_text(complete_event(dur="Infinity")), "`traceEvents[0].dur` is Infinity: not a finite number", id="Inf"),
-        pytest.param(trace_text(complete_event(ts="1" * 5001)), "`traceEvents[0].ts` is an integer beyond 64 bits", id="5001-digits"),
+        pytest.param(
+            trace_text(complete_event(dur="Infinity")),
+            "`traceEvents[0].dur` is Infinity: not a finite number",
+            id="Inf",
+        ),
+        pytest.param(
+            trace_text(complete_event(ts="1" * 5001)),
+            "`traceEvents[0].ts` is an integer beyond 64 bits",
+            id="5001-digits",
+        ),
         pytest.param("[" * 100_000 + "]" * 100_000, "`[0]` nests deeper than 64 levels", id="100000-nested-arrays"),
     ],
 )
@@ -100,10 +120,18 @@ def test_what_no_profiler_writes_is_refused_in_one_line(tmp_path, text, message)
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param(trace_text(complete_event(ts="-Infinity")), "`traceEvents[0].ts` is -Infinity: not a finite number", id="-Inf"),
-        pytest.param(trace_text(complete_event(ts='"NaN"')), "`traceEvents[0].ts` is 'NaN': not a finite number", id="string-NaN"),
         pytest.param(
-            trace_text(complete_event(dur="1e999")), "`traceEvents[0].dur` is a number beyond the range of a double", id="1e999",
+            trace_text(complete_event(ts="-Infinity")),
+            "`traceEvents[0].ts` is -Infinity: not a finite number",
+            id="-Inf",
+        ),
+        pytest.param(
+            trace_text(complete_event(ts='"NaN"')), "`traceEvents[0].ts` is 'NaN': not a finite number", id="string-NaN"
+        ),
+        pytest.param(
+            trace_text(complete_event(dur="1e999")),
+            "`traceEvents[0].dur` is a number beyond the range of a double",
+            id="1e999",
         ),
         # Refused wherever it is, even where nothing is read: the parser cannot step over it.
         pytest.param(
@@ -117,7 +145,9 @@ def test_what_no_profiler_writes_is_refused_in_one_line(tmp_path, text, message)
             id="deep-args",
         ),
         pytest.param('{"schemaVersion": NaN}', "`schemaVersion` is NaN: not a finite number", id="NaN-at-the-top"),
-        pytest.param(trace_text(complete_event()) + " x", "it is not valid JSON (parse error: trailing garbage)", id="garbage"),
+        pytest.param(
+            trace_text(complete_event()) + " x", "it is not valid JSON (parse error: trailing garbage)", id="garbage"
+        ),
         pytest.param(
             trace_text(complete_event().replace("aten::mm", "\\udcff")),
             "`traceEvents[0].name` holds a string that is not Unicode text",
@@ -164,7 +194,9 @@ def test_values_of_the_wrong_type_are_skipped_not_a_crash(tmp_path):
     assert copy["bytes"] == 0
     loaded = load_trace(tmp_path / "trace.json")
     assert [(e.name, e.pid, e.call_stack, e.correlation) for e in loaded.events] == [
-        ("aten::mm", 1, None, 7), ("aten::mm", None, None, None), ("Memcpy HtoD (Pageable -> Device)", 0, None, None),
+        ("aten::mm", 1, None, 7),
+        ("aten::mm", None, None, None),
+        ("Memcpy HtoD (Pageable -> Device)", 0, None, None),
     ]
 
 
@@ -178,7 +210,10 @@ def test_a_byte_order_mark_is_read_past_plain_or_gzipped(tmp_path):
 
 def test_broken_and_empty_files_are_refused(tmp_path):
     packed = gzip.compress(trace_text(*[complete_event(ts=str(n)) for n in range(1000)]).encode())
-    cases = {"truncated.json.gz": (packed[: len(packed) // 2], "is not a valid gzip file"), "empty.json": (b"", "is empty")}
+    cases = {
+        "truncated.json.gz": (packed[: len(packed) // 2], "is not a valid gzip file"),
+        "empty.json": (b"", "is empty"),
+    }
     for name, (data, message) in cases.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(TraceError) as error:
@@ -214,7 +249,9 @@ def test_more_distinct_names_than_are_kept_is_refused(tmp_path, monkeypatch):
     long_name = "x" * 1000
     path.write_text(trace_text(*[complete_event(ts=str(n)).replace("aten::mm", long_name) for n in range(2000)]))
     assert len(load_trace(path).events) == 2000  # 2 MB of names, but one name: held once
-    path.write_text(trace_text(*[complete_event(ts=str(n)).replace("aten::mm", f"{n:08}{long_name}") for n in range(2000)]))
+    path.write_text(
+        trace_text(*[complete_event(ts=str(n)).replace("aten::mm", f"{n:08}{long_name}") for n in range(2000)])
+    )
     with pytest.raises(TraceError, match="come to more than 1 MiB of distinct text"):
         load_trace(path)
 

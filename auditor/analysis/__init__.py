@@ -18,7 +18,14 @@ from loopaudit.analysis.argument_values import CPU_COUNT, UNKNOWN, command_line_
 from loopaudit.analysis.module_index import FrameKind, LoopInfo, ModuleIndex, Scope
 from loopaudit.analysis.names import dotted_name, target_names, terminal_name
 from loopaudit.analysis.patterns import (
-    BATCH_FETCH, EVALUATION_FUNCTION, FORWARD_CALLEE, is_inference_method, is_training_call, next_of, runs_a_model, type_test,
+    BATCH_FETCH,
+    EVALUATION_FUNCTION,
+    FORWARD_CALLEE,
+    is_inference_method,
+    is_training_call,
+    next_of,
+    runs_a_model,
+    type_test,
     unwrap_iterable,
 )
 from loopaudit.analysis.stepmodel import StepModel, argument_for, drawn_from
@@ -26,9 +33,31 @@ from loopaudit.analysis.tensors import Kind, TensorInference
 from loopaudit.analysis.walk import holds, iter_subtree
 
 __all__ = [
-    "BATCH_FETCH", "CPU_COUNT", "EVALUATION_FUNCTION", "FORWARD_CALLEE", "UNKNOWN", "FrameKind", "Kind", "LoopInfo", "ModuleIndex", "Scope",
-    "StepModel", "TensorInference", "argument_for", "command_line_default", "constant", "counts_cpus",
-    "dotted_name", "drawn_from", "holds", "is_inference_method", "is_training_call", "iter_subtree", "next_of", "runs_a_model", "target_names",
+    "BATCH_FETCH",
+    "CPU_COUNT",
+    "EVALUATION_FUNCTION",
+    "FORWARD_CALLEE",
+    "UNKNOWN",
+    "FrameKind",
+    "Kind",
+    "LoopInfo",
+    "ModuleIndex",
+    "Scope",
+    "StepModel",
+    "TensorInference",
+    "argument_for",
+    "command_line_default",
+    "constant",
+    "counts_cpus",
+    "dotted_name",
+    "drawn_from",
+    "holds",
+    "is_inference_method",
+    "is_training_call",
+    "iter_subtree",
+    "next_of",
+    "runs_a_model",
+    "target_names",
     "terminal_name",
     "type_test",
     "unwrap_iterable",

@@ -14,12 +14,15 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis.names import dotted_name, terminal_name
 from loopaudit.analysis.module_index import argument_for, named_param
+from loopaudit.analysis.names import dotted_name, terminal_name
 
 _ARITHMETIC = {
-    cst.Multiply: lambda a, b: a * b, cst.Divide: lambda a, b: a / b, cst.FloorDivide: lambda a, b: a // b,
-    cst.Add: lambda a, b: a + b, cst.Subtract: lambda a, b: a - b,
+    cst.Multiply: lambda a, b: a * b,
+    cst.Divide: lambda a, b: a / b,
+    cst.FloorDivide: lambda a, b: a // b,
+    cst.Add: lambda a, b: a + b,
+    cst.Subtract: lambda a, b: a - b,
 }
 UNKNOWN = object()  # a value that is passed but cannot be read statically (`**kwargs`, `cfg.workers`)
 
@@ -48,7 +51,11 @@ def constant(expr, at, depth: int = 0):
         return values[0]
     if isinstance(expr, cst.Integer):
         return int(expr.evaluated_value)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+    if (
+        isinstance(expr, cst.UnaryOperation)
+        and isinstance(expr.operator, cst.Minus)
+        and isinstance(expr.expression, cst.Integer)
+    ):
         return -int(expr.expression.evaluated_value)
     return UNKNOWN
 
@@ -62,7 +69,11 @@ def command_line_default(expr, at, depth: int = 0):
     if isinstance(expr, cst.BinaryOperation) and (operate := _ARITHMETIC.get(type(expr.operator))) is not None:
         # `int(num_workers / 2)` for the test loader: the same arithmetic on the defaults
         left, right = setting_value(expr.left, at, depth), setting_value(expr.right, at, depth)
-        if type(left) is int and type(right) is int and not (right == 0 and isinstance(expr.operator, (cst.Divide, cst.FloorDivide))):
+        if (
+            type(left) is int
+            and type(right) is int
+            and not (right == 0 and isinstance(expr.operator, (cst.Divide, cst.FloorDivide)))
+        ):
             return int(operate(left, right))
         return UNKNOWN
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
@@ -119,7 +130,9 @@ def _passed_command_line_default(name: str, at, depth: int):
         argument = argument_for(function, name, site.call)
         if argument is None:
             argument = _default_of(function, name)  # not passed: the parameter's default applies
-        values.add(setting_value(argument, At(site.scope, at.index, at.steps), depth + 1) if argument is not None else UNKNOWN)
+        values.add(
+            setting_value(argument, At(site.scope, at.index, at.steps), depth + 1) if argument is not None else UNKNOWN
+        )
     return values.pop() if len(values) == 1 else UNKNOWN
 
 
@@ -173,7 +186,9 @@ def declared_defaults(at) -> dict:
             continue
         if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_argument":
             continue
-        options = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+        options = [
+            a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)
+        ]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         dest_expr = keywords.get("dest")
         if isinstance(dest_expr, cst.SimpleString):
@@ -233,8 +248,6 @@ def _configuration_keys(at):
                             yield key, constant(element.value, at, depth=2)
 
 
-
-
 def _is_settings_module(module: cst.Module) -> bool:
     """A module of settings only (WS-DAN's config.py: `workers = 4`, `epochs = 160`, read elsewhere as
     `config.workers`): assignments and imports at the top level, no function, class or loop."""
@@ -266,7 +279,9 @@ def _passed_by_other_modules(name: str, function, at) -> set:
     facts = at.steps.facts
     if facts is None:
         return set()
-    return {value for qualname, param, value in facts.argument_values if qualname == function.qualname and param == name}
+    return {
+        value for qualname, param, value in facts.argument_values if qualname == function.qualname and param == name
+    }
 
 
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count", "torch.get_num_threads"})
@@ -281,8 +296,10 @@ def counts_cpus(expr: cst.BaseExpression, at) -> bool:
     machine has CPUs (or one fewer, or half), a positive number unknown until it runs."""
     expr = _without_int(expr)
     if (
-        isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Subtract, cst.FloorDivide, cst.Divide))
-        and isinstance(expr.right, cst.Integer) and int(expr.right.evaluated_value) <= 2
+        isinstance(expr, cst.BinaryOperation)
+        and isinstance(expr.operator, (cst.Subtract, cst.FloorDivide, cst.Divide))
+        and isinstance(expr.right, cst.Integer)
+        and int(expr.right.evaluated_value) <= 2
     ):
         return counts_cpus(expr.left, at)
     if not isinstance(expr, cst.Call):
@@ -296,4 +313,3 @@ def counts_cpus(expr: cst.BaseExpression, at) -> bool:
             counts_cpus(c, at) or (type(v := constant(c, at)) is int and v > 0) for c in counts
         )
     return False
-

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-
 from loopaudit.analysis.module_index import Signature
 
 
@@ -39,7 +38,9 @@ class ProjectFacts:
     return_classes: tuple[tuple[str, str], ...] = ()
     # (call target, parameter, its position or -1, whether the loop trains): functions of other modules
     # whose step loop iterates what the call passes for that parameter (a DataLoader built here)
-    iterates: tuple[tuple[str, str, int, bool, bool], ...] = ()  # (..., whether the loop trains, whether again and again)
+    iterates: tuple[
+        tuple[str, str, int, bool, bool], ...
+    ] = ()  # (..., whether the loop trains, whether again and again)
     # (qualname, element or -1 for the whole value, trains, again and again): what a function of this
     # module returns is iterated by a step loop elsewhere (a DataLoader a helper builds and returns)
     returned_uses: tuple[tuple[str, int, bool, bool], ...] = ()
@@ -82,15 +83,31 @@ class ProjectFacts:
         summary, so the module need not be analysed again. Outside an active module only the facts
         about steps matter (CUDA and values change no finding there, and no summary)."""
         steps = (
-            self.trains, self.has_step_loop, self.step_work, self.entered, self.iterates, self.returned_uses,
-            self.argument_values, self.imports_training, self.active, self.reached, self.passed_step_work,
-            self.option_values, self.grad_off_callers,
+            self.trains,
+            self.has_step_loop,
+            self.step_work,
+            self.entered,
+            self.iterates,
+            self.returned_uses,
+            self.argument_values,
+            self.imports_training,
+            self.active,
+            self.reached,
+            self.passed_step_work,
+            self.option_values,
+            self.grad_off_callers,
         )
         if not self.active:
             return steps
         return (
-            *steps, self.cuda, self.argument_kinds, self.argument_classes, self.return_kinds, self.return_classes,
-            self.command_line_defaults, self.config_file_values,
+            *steps,
+            self.cuda,
+            self.argument_kinds,
+            self.argument_classes,
+            self.return_kinds,
+            self.return_classes,
+            self.command_line_defaults,
+            self.config_file_values,
         )
 
     def grown(self, newer: ProjectFacts) -> ProjectFacts:
@@ -147,7 +164,9 @@ class CallEdge:
     callables: tuple[tuple[str, str, bool, bool], ...] = ()
     # (position or keyword, tag, value) of each argument: tag "=" with a literal's value, else "unread"
     literals: tuple[tuple[str, str, object], ...] = ()
-    grad_off: bool = False  # the call runs with autograd off (`with torch.no_grad():` around it, here or up its callers)
+    grad_off: bool = (
+        False  # the call runs with autograd off (`with torch.no_grad():` around it, here or up its callers)
+    )
     # (keyword, Kind value) of each keyword argument as the code shows it, names not taken at their
     # word: what lands in a `**kwargs` (`meters.update(loss=loss)`)
     keyword_kinds: tuple[tuple[str, str], ...] = ()
@@ -164,7 +183,7 @@ class FunctionFacts:
     iterates: tuple[tuple[str, bool, bool], ...] = ()
     loader_settings: tuple[str, ...] = ()  # parameters it passes on as a DataLoader's arguments (`num_workers=workers`)
     abstract: bool = False  # a method a subclass must provide: `pass`, `...` or `raise NotImplementedError` only
-    signature: Signature = Signature()  # what calls it accepts (a call resolved by method name must fit)
+    signature: Signature = Signature()  # noqa: RUF009 (frozen: one shared default is safe); what calls it accepts (a call resolved by method name must fit)
     # (parameter, why the call runs per step) for each parameter it calls per step: a callback
     # (`def run(step_fn): for b in loader: step_fn(b)`), entered per step in the module that passes it
     called_params: tuple[tuple[str, str], ...] = ()

@@ -15,18 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-
-from loopaudit.analysis.module_index import STAR_KWARGS, Signature
-
 from loopaudit.analysis.cross_module import CallEdge, ModuleSummary, ProjectFacts
 from loopaudit.analysis.layout import ProjectLayout
+from loopaudit.analysis.module_index import STAR_KWARGS, Signature
 
 MAX_ROUNDS = 10  # each round settles one more link of a cross-module call chain
 # A function is per-step when a per-step line calls it from at most this many modules away: training
 # code reaches its step through a few of its own modules (train.py -> engine.py -> utils.py), while
 # following every call on into a library scanned with it would mark the whole library per-step.
 MAX_HOPS = 3
-
 
 
 def derive_facts(
@@ -62,8 +59,10 @@ def derive_facts(
     layout.fields = {name: cls for name, (cls, *more) in fields.items() if not more and cls.startswith("@")}
     resolved = {path: list(_resolved_edges(layout, path, summaries)) for path in sorted(summaries)}
     split = (
-        _split_cuda_evidence(layout, resolved, summaries) | _inherited_cuda(layout, summaries)
-        | _cuda_by_option(layout, summaries) | _cuda_by_settings(layout, summaries)
+        _split_cuda_evidence(layout, resolved, summaries)
+        | _inherited_cuda(layout, summaries)
+        | _cuda_by_option(layout, summaries)
+        | _cuda_by_settings(layout, summaries)
     )
     cuda = _cuda_closure(resolved, summaries, split)
 
@@ -99,7 +98,9 @@ def derive_facts(
                 # What the call passes for the parameters that select arms of the target's code.
                 for param in target.options:
                     position = str(target.params.index(param)) if param in target.params else None
-                    passed_value = next(((tag, value) for key, tag, value in edge.literals if key in (param, position)), None)
+                    passed_value = next(
+                        ((tag, value) for key, tag, value in edge.literals if key in (param, position)), None
+                    )
                     if passed_value is None:
                         passed_value = ("default", None)  # left out (or out of sight in `**kwargs`)
                     selecting.setdefault(file, set()).add((qualname, param, *passed_value))
@@ -122,7 +123,9 @@ def derive_facts(
     # the scan cannot follow. The prefilter skips a model file with no step code of its own, so
     # they are asked for first, and entered once all are analysed (the outermost only: which
     # models build which is known then).
-    feeding = {layout.repository_of(path) for path, summary in summaries.items() if cuda.get(path) and summary.feeds_models}
+    feeding = {
+        layout.repository_of(path) for path, summary in summaries.items() if cuda.get(path) and summary.feeds_models
+    }
     skipped = set(layout.paths) - summaries.keys() - set(unanalysable)
     models_asked = {
         path for path in skipped if layout.repository_of(path) in feeding and layout.text_facts(path).defines_model
@@ -138,15 +141,24 @@ def derive_facts(
     # A module that builds the DataLoaders step loops elsewhere iterate is active too: the loader rules
     # report there.
     active = {
-        path for path in layout.paths
-        if cuda.get(path) and (
-            path in entered or path in iterates or path in returned or path not in summaries
+        path
+        for path in layout.paths
+        if cuda.get(path)
+        and (
+            path in entered
+            or path in iterates
+            or path in returned
+            or path not in summaries
             or summaries[path].has_step_code
         )
     }
     # The base classes' modules of code with steps, active or not yet: CUDA may come from a base (below).
     stepping = {path for path in summaries if summaries[path].has_step_code}
-    reached = {file for path in active for _, file, _ in resolved.get(path, ())} | models_asked | _base_modules(layout, summaries, stepping)
+    reached = (
+        {file for path in active for _, file, _ in resolved.get(path, ())}
+        | models_asked
+        | _base_modules(layout, summaries, stepping)
+    )
     kinds: dict[str, dict[tuple[str, str], set[str]]] = {}
     classes: dict[str, dict[tuple[str, str], str]] = {}
     returns: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -181,7 +193,8 @@ def derive_facts(
     # Modules whose functions train, or hold a step loop that feeds models (not an algorithm's counted
     # loop: every module of kornia imports one through its core utilities).
     training = {
-        path for path, summary in summaries.items()
+        path
+        for path, summary in summaries.items()
         if any(f.trains or (f.has_step_loop and summary.feeds_models) for f in summary.functions.values())
     }
     # The command-line defaults of the whole project, where every declaration of an option agrees.
@@ -204,7 +217,8 @@ def derive_facts(
             cuda=bool(cuda.get(path)),
             imports_training=path not in summaries and _imports_training(layout, path, training),
             argument_kinds=tuple(
-                (qualname, param, kind) for (qualname, param), found in sorted(kinds.get(path, {}).items())
+                (qualname, param, kind)
+                for (qualname, param), found in sorted(kinds.get(path, {}).items())
                 for kind in sorted(found)
             ),
             argument_classes=tuple((q, p, c) for (q, p), c in sorted(classes.get(path, {}).items())),
@@ -222,7 +236,9 @@ def derive_facts(
 
 
 # Why the forward of a model nobody in the scan is seen to call counts as per-step.
-UNSEEN_CALLER = "the forward of a model whose caller the scan cannot follow (a registry, `importlib`, a file not scanned)"
+UNSEEN_CALLER = (
+    "the forward of a model whose caller the scan cannot follow (a registry, `importlib`, a file not scanned)"
+)
 
 
 def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, feeding: set[str], entered) -> set[str]:
@@ -241,7 +257,9 @@ def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, feeding: se
     # outside any model builds or calls (a script's `criterion = CRDLoss(opt)`) is an outermost
     # model: where that code's per-step call is followed, its forward is entered already.
     referred = {
-        (file, qualname.split(".", 1)[0]) for path, edges in resolved.items() for edge, file, qualname in edges
+        (file, qualname.split(".", 1)[0])
+        for path, edges in resolved.items()
+        for edge, file, qualname in edges
         if edge.caller_class and _is_torch_module(layout, path, edge.caller_class, summaries)
     }
     for path, summary in summaries.items():
@@ -276,8 +294,10 @@ def _is_torch_module(layout: ProjectLayout, path: str, cls: str, summaries, dept
 def _into_star_kwargs(signature: Signature, key: str) -> bool:
     """Does the keyword argument `key` land in the function's `**kwargs`?"""
     return (
-        not key.isdigit() and signature.star_kwargs
-        and key not in signature.params and key not in signature.keyword_only
+        not key.isdigit()
+        and signature.star_kwargs
+        and key not in signature.params
+        and key not in signature.keyword_only
     )
 
 
@@ -339,7 +359,7 @@ def _overrides_elsewhere(layout: ProjectLayout, path: str, edge: CallEdge, summa
 
 
 def _subclasses(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> dict[str, list[str]]:
-    """"@file:Base" -> ["@file:Sub", ...], for the classes of the analysed modules (once per derivation)."""
+    """ "@file:Base" -> ["@file:Sub", ...], for the classes of the analysed modules (once per derivation)."""
     cached = layout.subclasses
     if cached is not None and cached[0] is summaries:
         return cached[1]
@@ -452,13 +472,18 @@ def _cuda_by_option(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) 
     unless told otherwise. Only those: in a repository of many scripts, one script's option says
     nothing about the others."""
     declaring = {
-        path for path, summary in summaries.items()
-        if any("device" in dest.lower() and isinstance(value, str) and value.startswith("cuda") for dest, value in summary.command_line_defaults)
+        path
+        for path, summary in summaries.items()
+        if any(
+            "device" in dest.lower() and isinstance(value, str) and value.startswith("cuda")
+            for dest, value in summary.command_line_defaults
+        )
     }
     if not declaring:
         return set()
     return {
-        path for path, summary in summaries.items()
+        path
+        for path, summary in summaries.items()
         if summary.moves_to_device and (path in declaring or _imports_one_of(layout, path, declaring))
     }
 
@@ -469,6 +494,7 @@ def _cuda_by_settings(layout: ProjectLayout, summaries: dict[str, ModuleSummary]
     `cfg.GLOBAL.DEVICE = torch.device("cuda" if ...)`, read as `.to(cfg.GLOBAL.DEVICE)` by the trainer
     and the models). Only a device named by a "cuda" string counts: a helper module that merely seeds
     `torch.cuda` names no device its importers move to."""
+
     def is_settings(path: str) -> bool:
         summary = summaries.get(path)
         if summary is None:  # a module the prefilter kept from being parsed: what its text says
@@ -509,7 +535,9 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[st
     while changed:
         changed = False
         for path, edges in resolved.items():
-            if not cuda.get(path) and any(cuda.get(file) and drives(edge, file, qualname) for edge, file, qualname in edges):
+            if not cuda.get(path) and any(
+                cuda.get(file) and drives(edge, file, qualname) for edge, file, qualname in edges
+            ):
                 cuda[path] = True
                 changed = True
     changed = True
@@ -519,8 +547,15 @@ def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[st
             if not cuda.get(path):
                 continue
             for edge, file, qualname in edges:
-                if not edge.by_name and not cuda.get(file) and (
-                    edge.per_step or edge.passes_device or edge.result_uses or _runs_steps(summaries, file, qualname)
+                if (
+                    not edge.by_name
+                    and not cuda.get(file)
+                    and (
+                        edge.per_step
+                        or edge.passes_device
+                        or edge.result_uses
+                        or _runs_steps(summaries, file, qualname)
+                    )
                 ):
                     cuda[file] = True
                     changed = True
@@ -590,14 +625,17 @@ def _inherited_cuda(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) 
     `data.to(self.dev)` in another module is a copy to the GPU."""
     module_bases = _module_bases(layout, summaries)
     return {
-        path for path in module_bases
+        path
+        for path in module_bases
         if not summaries[path].cuda
         and any(summaries[base].cuda for base in _project_bases(module_bases, path) if base in summaries)
     }
 
 
-def _constructed_class(layout: ProjectLayout, caller: str, edge: CallEdge, summaries: dict[str, ModuleSummary]) -> str | None:
-    """"@file:Class" when the edge calls a class of another module by its imported name, whatever its
+def _constructed_class(
+    layout: ProjectLayout, caller: str, edge: CallEdge, summaries: dict[str, ModuleSummary]
+) -> str | None:
+    """ "@file:Class" when the edge calls a class of another module by its imported name, whatever its
     case (faster-rcnn's `fasterRCNN = vgg16(imdb.classes)`, `class vgg16(_fasterRCNN)`): the call
     makes an instance of it."""
     if edge.target[:1] in "^*&@<" or edge.target.endswith(("()", "[]")):
@@ -610,7 +648,7 @@ def _constructed_class(layout: ProjectLayout, caller: str, edge: CallEdge, summa
 
 
 def _absolute_class(layout: ProjectLayout, caller: str, cls: str) -> str | None:
-    """"@file:Class" for a class named in `caller` ("models.Net" imported, "<local>.Net" its own)."""
+    """ "@file:Class" for a class named in `caller` ("models.Net" imported, "<local>.Net" its own)."""
     if cls.startswith("@"):
         return cls
     if cls.startswith("<local>."):

@@ -12,9 +12,9 @@ MPS/XLA, whose costs differ), and the LA1xx rules stay silent there.
 
 from __future__ import annotations
 
-import libcst as cst
-
 from typing import TYPE_CHECKING
+
+import libcst as cst
 
 from loopaudit.analysis.module_index import ModuleIndex
 
@@ -31,10 +31,16 @@ _ACCELERATOR_CLASSES = (
 
 
 # Questions a CPU-capable script asks too; alone they do not mean the script uses the GPU.
-_CUDA_PROBES = frozenset({
-    "torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.manual_seed",
-    "torch.cuda.manual_seed_all", "torch.cuda.is_initialized", "torch.cuda.get_device_name",
-})
+_CUDA_PROBES = frozenset(
+    {
+        "torch.cuda.is_available",
+        "torch.cuda.device_count",
+        "torch.cuda.manual_seed",
+        "torch.cuda.manual_seed_all",
+        "torch.cuda.is_initialized",
+        "torch.cuda.get_device_name",
+    }
+)
 _CUDA_ONLY_WRAPPERS = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel")
 _DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 
@@ -45,7 +51,11 @@ def _pins_cpu(call) -> bool:
         if arg.keyword is None:
             continue
         value = arg.value
-        if arg.keyword.value == "accelerator" and isinstance(value, cst.SimpleString) and value.value.strip("'\"") == "cpu":
+        if (
+            arg.keyword.value == "accelerator"
+            and isinstance(value, cst.SimpleString)
+            and value.value.strip("'\"") == "cpu"
+        ):
             return True
         if arg.keyword.value == "cpu" and isinstance(value, cst.Name) and value.value == "True":
             return True

@@ -14,11 +14,9 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-
-from loopaudit.digests import content_digest
 from loopaudit.analysis.config_files import read_config_values
 from loopaudit.analysis.lines import source_lines
-
+from loopaudit.digests import content_digest
 
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([\w.]+))", re.M)
 
@@ -38,11 +36,35 @@ _MODULE_CLASS = re.compile(r"^class[ \t]+\w+[ \t]*\([^)\n]*\bModule\b", re.M)
 
 
 # Packages that are libraries wherever their sources sit: a call into them is never into the project.
-LIBRARIES = frozenset({
-    "torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "transformers", "diffusers",
-    "timm", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "datasets", "peft", "trl",
-    "deepspeed", "apex", "ignite", "torch_geometric", "dgl", "jax", "tensorflow", "sklearn", "pandas",
-})
+LIBRARIES = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "numpy",
+        "scipy",
+        "transformers",
+        "diffusers",
+        "timm",
+        "accelerate",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "datasets",
+        "peft",
+        "trl",
+        "deepspeed",
+        "apex",
+        "ignite",
+        "torch_geometric",
+        "dgl",
+        "jax",
+        "tensorflow",
+        "sklearn",
+        "pandas",
+    }
+)
 
 
 # What marks the top of a repository. A scan of a folder holding several (a corpus of sdists, a
@@ -66,7 +88,8 @@ def marked_folders(paths: Iterable[str]) -> list[str]:
                 break
             folder = parent
     return sorted(
-        folder for folder in ancestors
+        folder
+        for folder in ancestors
         if any(os.path.exists(os.path.join(folder, marker)) for marker in REPOSITORY_MARKERS)
     )
 
@@ -167,7 +190,8 @@ class ProjectLayout:
         if known is None:
             names = self.module_names(path)
             known = bool(names) and (
-                names[0].split(".", 1)[0] in self.libraries or self._package_name(path).split(".", 1)[0] in self.libraries
+                names[0].split(".", 1)[0] in self.libraries
+                or self._package_name(path).split(".", 1)[0] in self.libraries
             )
             self._libraries[path] = known
         return known
@@ -215,7 +239,10 @@ class ProjectLayout:
             inside = os.listdir(os.path.join(folder, name)) if os.path.isdir(os.path.join(folder, name)) else []
         except OSError:
             return False
-        if any(entry in packaging or (entry.startswith(name) and entry.endswith((".dist-info", ".egg-info"))) for entry in beside):
+        if any(
+            entry in packaging or (entry.startswith(name) and entry.endswith((".dist-info", ".egg-info")))
+            for entry in beside
+        ):
             return False
         # A checkout of the library named after it (`diffusers/src/diffusers/`, `peft/peft/`), not a package
         return not any(entry in packaging or entry == name for entry in inside) and not (
@@ -232,7 +259,7 @@ class ProjectLayout:
         """`root/a/b/c.py` may be imported as `c`, `b.c` or `a.b.c` (whichever folder is on sys.path)."""
         inside = self.root if self.root.endswith(os.sep) else self.root + os.sep
         # The paths are absolute and under the root (as the layout's own are): cut instead of relpath.
-        relative = path[len(inside):] if path.startswith(inside) else os.path.relpath(path, self.root)
+        relative = path[len(inside) :] if path.startswith(inside) else os.path.relpath(path, self.root)
         parts = relative.split(os.sep)
         parts[-1] = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
         if parts[-1] == "__init__":
@@ -268,7 +295,7 @@ class ProjectLayout:
         return self._read(path).imports
 
     def methods_in_text(self, path: str) -> tuple[str, ...]:
-        """"Class.method" for the methods of the file's top-level classes, read from its text."""
+        """ "Class.method" for the methods of the file's top-level classes, read from its text."""
         return self._read(path).methods
 
     def _read(self, path: str) -> TextFacts:
@@ -346,7 +373,7 @@ class ProjectLayout:
         return None
 
     def _resolve_star(self, importer: str, target: str) -> tuple[str, str] | None:
-        """"&utils,layers:name": `name` from whichever star-imported module of the scan defines it
+        """ "&utils,layers:name": `name` from whichever star-imported module of the scan defines it
         (the last import wins, as in Python)."""
         modules, _, name = target[1:].rpartition(":")
         for module in reversed(modules.split(",")):

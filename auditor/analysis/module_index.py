@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import libcst as cst
 
 from loopaudit.analysis.names import ImportTable, dotted_name, stored_name, string_key, target_names, terminal_name
-from loopaudit.analysis.walk import iter_subtree, walk
 from loopaudit.analysis.options import constant_flag, option_test
-from loopaudit.analysis.patterns import fills_a_cache, is_other_device_test, is_debug_test, is_periodic_test, is_rare_branch, is_training_call, type_test
+from loopaudit.analysis.patterns import (
+    fills_a_cache,
+    is_debug_test,
+    is_other_device_test,
+    is_periodic_test,
+    is_rare_branch,
+    is_training_call,
+    type_test,
+)
+from loopaudit.analysis.walk import iter_subtree, walk
 
 
 class FrameKind(enum.Enum):
@@ -233,8 +243,11 @@ class FunctionInfo:
             named = tuple(p.name.value for p in (*params.posonly_params, *params.params))
         defaulted = sum(1 for p in (*params.posonly_params, *params.params) if p.default is not None)
         return Signature(
-            named, max(0, len(named) - defaulted), isinstance(params.star_arg, cst.Param),
-            tuple(p.name.value for p in params.kwonly_params), isinstance(params.star_kwarg, cst.Param),
+            named,
+            max(0, len(named) - defaulted),
+            isinstance(params.star_arg, cst.Param),
+            tuple(p.name.value for p in params.kwonly_params),
+            isinstance(params.star_kwarg, cst.Param),
         )
 
 
@@ -263,7 +276,7 @@ class Signature:
             return True
         if positional > len(self.params) and not self.star_args:
             return False
-        return all(name in keywords for name in self.params[positional:self.required])
+        return all(name in keywords for name in self.params[positional : self.required])
 
 
 @dataclass(eq=False, repr=False)
@@ -273,7 +286,9 @@ class ClassInfo:
     bases: list[cst.BaseExpression]
     methods: dict[str, FunctionInfo] = field(default_factory=dict)
     attributes: dict[str, list[Binding]] = field(default_factory=dict)  # `self.x = ...` in any method
-    buffers: set[str] = field(default_factory=set)  # `self.register_buffer("x", ...)`: tensors that move with the module
+    buffers: set[str] = field(
+        default_factory=set
+    )  # `self.register_buffer("x", ...)`: tensors that move with the module
 
 
 @dataclass(eq=False, repr=False)
@@ -333,7 +348,9 @@ class ModuleIndex:
 
 
 class _Indexer:
-    def __init__(self, index: ModuleIndex, site_types: tuple[type, ...], periodic_names: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, index: ModuleIndex, site_types: tuple[type, ...], periodic_names: frozenset[str] = frozenset()
+    ) -> None:
         self.periodic_names = periodic_names
         self.index = index
         self._setters: dict[str, frozenset[str]] | None = None  # _global_setters, once asked
@@ -385,13 +402,17 @@ class _Indexer:
             if checked is not None:
                 self.index.tensor_checks[id(node.body)] = checked
             if (
-                is_periodic_test(node.test, self.loop and self.loop.node, self.periodic_names) or self._periodic_flag(node.test)
+                is_periodic_test(node.test, self.loop and self.loop.node, self.periodic_names)
+                or self._periodic_flag(node.test)
             ) and not _dispatches_on_index(node, self._chains.get(id(node), [])):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
                 return
-            if is_rare_branch(node.body, in_loop=self.loop is not None) or is_other_device_test(node.test) or is_debug_test(
-                node.test, self.function.node if self.function is not None else None
-            ) or fills_a_cache(node, self._global_setters, self.scope.params):
+            if (
+                is_rare_branch(node.body, in_loop=self.loop is not None)
+                or is_other_device_test(node.test)
+                or is_debug_test(node.test, self.function.node if self.function is not None else None)
+                or fills_a_cache(node, self._global_setters, self.scope.params)
+            ):
                 self._push(Frame(FrameKind.RARE, self.frame, node))
                 return
             if option_test(node.test, self.function.node if self.function is not None else None) is not None or (
@@ -430,7 +451,8 @@ class _Indexer:
             return False
         bindings = self.scope.assignments.get(test.value, [])
         return bool(bindings) and all(
-            b.kind == "value" and is_periodic_test(b.value, self.loop and self.loop.node, self.periodic_names) for b in bindings
+            b.kind == "value" and is_periodic_test(b.value, self.loop and self.loop.node, self.periodic_names)
+            for b in bindings
         )
 
     def _option_chain(self, chain: list[cst.If]) -> bool:
@@ -506,8 +528,10 @@ class _Indexer:
             if owner is not None and isinstance(name, cst.SimpleString):
                 owner.buffers.add(name.value.strip("'\""))
         if any(
-            arg.keyword is not None and arg.keyword.value in ("non_blocking", "pin_memory")
-            and isinstance(arg.value, cst.Name) and arg.value.value == "True"
+            arg.keyword is not None
+            and arg.keyword.value in ("non_blocking", "pin_memory")
+            and isinstance(arg.value, cst.Name)
+            and arg.value.value == "True"
             for arg in node.args
         ):
             self.index.gpu_only_options = True
@@ -563,7 +587,9 @@ class _Indexer:
         if node.attr.value in ("cuda", "accelerator") or (
             isinstance(inner, cst.Attribute) and inner.attr.value in ("cuda", "accelerator")
         ):
-            self.index.cuda_attributes.append(node)  # (`torch.accelerator.current_accelerator()` picks CUDA where there is one)
+            self.index.cuda_attributes.append(
+                node
+            )  # (`torch.accelerator.current_accelerator()` picks CUDA where there is one)
 
     def _visit_import(self, node: cst.Import | cst.ImportFrom) -> None:
         self.index.imports.add(node)
@@ -582,7 +608,9 @@ class _Indexer:
 
     def _bind_self_attribute(self, target: cst.BaseExpression, binding: Binding) -> bool:
         """Record `self.x = value` on the class, so `self.x` can be looked up from any method."""
-        if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self"):
+        if not (
+            isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self"
+        ):
             return False
         owner = self.scope.owner_class
         if owner is not None:
@@ -590,11 +618,15 @@ class _Indexer:
         return True
 
     def _visit_aug_assign(self, node: cst.AugAssign) -> None:
-        self._bind_self_attribute(node.target, Binding("augment", node.value, self.scope, loop=self._here(), block=self.block))
+        self._bind_self_attribute(
+            node.target, Binding("augment", node.value, self.scope, loop=self._here(), block=self.block)
+        )
         if isinstance(node.target, cst.Subscript):
             self.index.stored_subscripts.add(id(node.target))
         if isinstance(node.target, cst.Name):
-            self.scope.bind(node.target.value, Binding("augment", node.value, self.scope, loop=self._here(), block=self.block))
+            self.scope.bind(
+                node.target.value, Binding("augment", node.value, self.scope, loop=self._here(), block=self.block)
+            )
 
     def _visit_named_expr(self, node: cst.NamedExpr) -> None:
         self._bind_target(node.target, node.value)
@@ -623,7 +655,9 @@ class _Indexer:
 
     def _visit_with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None and isinstance(node.asname.name, cst.Name):
-            self.scope.bind(node.asname.name.value, Binding("with", node.item, self.scope, loop=self._here(), block=self.block))
+            self.scope.bind(
+                node.asname.name.value, Binding("with", node.item, self.scope, loop=self._here(), block=self.block)
+            )
 
     def _global_setters(self) -> dict[str, frozenset[str]]:
         """Function name -> the globals it declares (`def set_id_grid(depth): global pixel_coords`)."""
@@ -650,7 +684,9 @@ class _Indexer:
             container = stored_name(target.value)
             if container is not None and len(target.slice) == 1:
                 self.index.held_in.setdefault(id(value), (container, self.scope, string_key(target)))
-        elif self._bind_self_attribute(target, Binding("value", value, self.scope, loop=self._here(), block=self.block)):
+        elif self._bind_self_attribute(
+            target, Binding("value", value, self.scope, loop=self._here(), block=self.block)
+        ):
             self.index.bound_names.setdefault(id(value), ("self." + target.attr.value, self.scope))  # type: ignore[attr-defined]
             self._hold_entries("self." + target.attr.value, value)  # type: ignore[attr-defined]
         elif isinstance(target, cst.Name):
@@ -658,8 +694,11 @@ class _Indexer:
             self.index.bound_names.setdefault(id(value), (target.value, self.scope))
             self._hold_entries(target.value, value)
             if (
-                isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "iter"
-                and len(value.args) == 1 and value.args[0].keyword is None
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Name)
+                and value.func.value == "iter"
+                and len(value.args) == 1
+                and value.args[0].keyword is None
             ):
                 # `batch_iterator = iter(DataLoader(...))`: the loader is what `next(batch_iterator)` draws from
                 self.index.bound_names.setdefault(id(value.args[0].value), (target.value, self.scope))
@@ -680,7 +719,9 @@ class _Indexer:
                     key = element.key.evaluated_value if isinstance(element.key, cst.SimpleString) else None
                     self.index.held_in.setdefault(id(element.value), (container, self.scope, key))
 
-    def _bind_loop_target(self, target: cst.BaseExpression, iterable: cst.BaseExpression, loop: LoopInfo | None) -> None:
+    def _bind_loop_target(
+        self, target: cst.BaseExpression, iterable: cst.BaseExpression, loop: LoopInfo | None
+    ) -> None:
         # Every name in the target, however nested (`for i, (x, y) in enumerate(loader)`), is
         # bound from the iterable; tensors.py unwraps enumerate/zip to say which element is which.
         if isinstance(target, cst.Name):
@@ -689,14 +730,16 @@ class _Indexer:
             for position, element in enumerate(target.elements):
                 inner = element.value
                 if isinstance(inner, cst.Name):
-                    self.scope.bind(inner.value, Binding("loop", iterable, self.scope, position, loop=loop, block=self.block))
+                    self.scope.bind(
+                        inner.value, Binding("loop", iterable, self.scope, position, loop=loop, block=self.block)
+                    )
                 elif isinstance(inner, (cst.Tuple, cst.List)):
                     self._bind_loop_target(inner, _element_of(iterable, position), loop)
 
     def _visit_name(self, node: cst.Name) -> None:
         self.index.uses[id(node)] = (next(_BINDING_ORDER), self.block, self._here())
 
-    _visitors = {
+    _visitors: ClassVar[dict[type[cst.CSTNode], Callable[..., None]]] = {
         cst.Name: _visit_name,
         cst.Call: _visit_call,
         cst.Return: _visit_return,
@@ -732,7 +775,9 @@ def _element_of(iterable: cst.BaseExpression, position: int) -> cst.BaseExpressi
     return iterable
 
 
-def build_index(module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str] = frozenset()) -> ModuleIndex:
+def build_index(
+    module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str] = frozenset()
+) -> ModuleIndex:
     """`periodic_names`: the user's own names that make an `if` a periodic guard (configuration)."""
     imports = ImportTable()
     module_scope = Scope(parent=None)
@@ -752,11 +797,22 @@ def build_index(module: cst.Module, site_types: tuple[type, ...], periodic_names
 _CALLS_LAMBDA_AT_ONCE = frozenset({"map", "filter", "sorted", "min", "max", "any", "all", "list", "sum"})
 
 # Nodes whose fields open a new frame (a loop body, an `if` body, a handler, a function body).
-_STRUCTURAL = frozenset({
-    cst.IndentedBlock, cst.SimpleStatementSuite,
-    cst.With,
-    cst.For, cst.While, cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.FunctionDef, cst.ClassDef, cst.Lambda,
-})
+_STRUCTURAL = frozenset(
+    {
+        cst.IndentedBlock,
+        cst.SimpleStatementSuite,
+        cst.With,
+        cst.For,
+        cst.While,
+        cst.If,
+        cst.Else,
+        cst.ExceptHandler,
+        cst.ExceptStarHandler,
+        cst.FunctionDef,
+        cst.ClassDef,
+        cst.Lambda,
+    }
+)
 
 
 __all__ = [
@@ -792,7 +848,9 @@ def argument_at(call: cst.Call, name: str, position: int) -> cst.BaseExpression 
 def named_param(function: cst.FunctionDef, name: str) -> cst.Param | None:
     """The parameter `name` of `function` (positional, ordinary or keyword-only), if it has one."""
     params = function.params
-    return next((p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name), None)
+    return next(
+        (p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == name), None
+    )
 
 
 def _dispatches_on_index(node: cst.If, chain: list[cst.If]) -> bool:
@@ -810,8 +868,10 @@ def _dispatches_on_index(node: cst.If, chain: list[cst.If]) -> bool:
 def _equals_integer(test: cst.BaseExpression) -> str | None:
     """`idx == 0`: the name compared with a number written in the code."""
     if (
-        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].operator, cst.Equal) and isinstance(test.left, cst.Name)
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Equal)
+        and isinstance(test.left, cst.Name)
         and isinstance(test.comparisons[0].comparator, cst.Integer)
     ):
         return test.left.value

@@ -120,7 +120,11 @@ def string_key(subscript: cst.Subscript) -> str | None:
     if len(subscript.slice) != 1:
         return None
     index = subscript.slice[0].slice
-    return index.value.evaluated_value if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) else None
+    return (
+        index.value.evaluated_value
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)
+        else None
+    )
 
 
 def stored_name(expr: cst.BaseExpression) -> str | None:

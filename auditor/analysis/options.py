@@ -18,8 +18,8 @@ compared the same way (`if self.schedule == 'linear':`): its values are what `__
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import libcst as cst
 
@@ -62,7 +62,9 @@ def option_test(test: cst.BaseExpression, function: cst.FunctionDef | None) -> O
     parameter is assigned anew before the test is for the caller to ask: the scope knows.)"""
     if function is None:
         return None
-    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+    params = {
+        p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+    }
     return _read(test, params, function)
 
 
@@ -106,7 +108,9 @@ def _setting(expr: cst.BaseExpression, params: set[str]) -> str | None:
     if isinstance(expr, cst.Name) and expr.value in params:
         return expr.value
     if (
-        isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"
+        isinstance(expr, cst.Attribute)
+        and isinstance(expr.value, cst.Name)
+        and expr.value.value == "self"
         and "self" in params
     ):
         return f"self.{expr.attr.value}"

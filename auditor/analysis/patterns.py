@@ -13,7 +13,6 @@ import libcst as cst
 from loopaudit.analysis.names import ImportTable, dotted_name, param_default, stored_name, terminal_name
 from loopaudit.analysis.walk import iter_subtree
 
-
 # `optimizer.step()`, `opt_g.step()`, `self.optim.step()`, `scaler.step(optimizer)`; not a scheduler.
 _OPTIMIZER_NAME = re.compile(r"(?i)(optim|^opt(_|$)|_opt$|^opt\d|scaler)")
 _SCHEDULER_NAME = re.compile(r"(?i)sched")
@@ -39,7 +38,9 @@ FORWARD_CALLEE = re.compile(
 )
 # Functions that make, load or unwrap a model rather than run one: `unwrap_model(unet)`,
 # `get_model(cfg)`, `build_encoder(...)` return a module, not a tensor.
-_MAKES_A_MODEL = re.compile(r"(?i)^_?(get|load|build|create|make|init|unwrap|wrap|prepare|setup|define|instantiate|save|freeze|count)_")
+_MAKES_A_MODEL = re.compile(
+    r"(?i)^_?(get|load|build|create|make|init|unwrap|wrap|prepare|setup|define|instantiate|save|freeze|count)_"
+)
 
 
 def calls_a_model(name: str) -> bool:
@@ -98,12 +99,21 @@ def next_of(call: cst.BaseExpression, scope=None) -> cst.BaseExpression | None:
     func = call.func
     if isinstance(func, cst.Name) and func.value == "next" and call.args and not call.args[0].star:
         return call.args[0].value
-    if scope is not None and isinstance(func, cst.Attribute) and func.attr.value in ("next", "__next__") and not call.args:
+    if (
+        scope is not None
+        and isinstance(func, cst.Attribute)
+        and func.attr.value in ("next", "__next__")
+        and not call.args
+    ):
         receiver = func.value
         if isinstance(receiver, cst.Name):
             found = scope.lookup(receiver.value)
             values = [b.value for b in found[0]] if found else []
-        elif isinstance(receiver, cst.Attribute) and isinstance(receiver.value, cst.Name) and receiver.value.value == "self":
+        elif (
+            isinstance(receiver, cst.Attribute)
+            and isinstance(receiver.value, cst.Name)
+            and receiver.value.value == "self"
+        ):
             owner = scope.owner_class  # `self.val_iter = iter(self.val_loader)` in another method (monodepth2)
             values = [b.value for b in owner.attributes.get(receiver.attr.value, ())] if owner is not None else []
         else:
@@ -154,7 +164,9 @@ def _is_step_counter(expr: cst.BaseExpression, loop_variables: set[str]) -> bool
     return name in loop_variables or bool(STEP_VARIABLE.match(name)) or bool(_EPOCH.search(name))
 
 
-def is_periodic_test(test: cst.BaseExpression, loop: cst.For | cst.While | None, extra_names: frozenset[str] = frozenset()) -> bool:
+def is_periodic_test(
+    test: cst.BaseExpression, loop: cst.For | cst.While | None, extra_names: frozenset[str] = frozenset()
+) -> bool:
     """Is `if <test>:` a guard that lets its body run only every so often?
 
     Periodic: a modulo (`step % log_interval == 0`, `not (i + 1) % N`), an equality with a step
@@ -198,8 +210,10 @@ def _is_first_n_guard(comparison: cst.Comparison, loop_variables: set[str]) -> b
         left, right = right, left
     elif not isinstance(operator, (cst.LessThan, cst.LessThanEqual)):
         return False
-    return isinstance(right, cst.Integer) and _is_step_counter(left, loop_variables) and not _EPOCH.search(
-        terminal_name(left) or ""
+    return (
+        isinstance(right, cst.Integer)
+        and _is_step_counter(left, loop_variables)
+        and not _EPOCH.search(terminal_name(left) or "")
     )
 
 
@@ -227,7 +241,9 @@ def is_rare_branch(body: cst.BaseSuite, in_loop: bool = True) -> bool:
 
 
 # Flags that switch on debugging output: code under them does not run in a normal training run.
-_DEBUG_FLAG = re.compile(r"(?i)^(debug|debugging|debug_\w+|verbose|vis|visualize|visualise|visualization|plot|show|display)$")
+_DEBUG_FLAG = re.compile(
+    r"(?i)^(debug|debugging|debug_\w+|verbose|vis|visualize|visualise|visualization|plot|show|display)$"
+)
 
 
 def is_debug_test(test: cst.BaseExpression, function: cst.FunctionDef | None = None) -> bool:
@@ -271,9 +287,11 @@ def fills_a_cache(node: cst.If, setters, params: set[str] | frozenset[str] = fro
     missing = set()
     for found in iter_subtree(node.test):
         if (
-            isinstance(found, cst.Comparison) and len(found.comparisons) == 1
+            isinstance(found, cst.Comparison)
+            and len(found.comparisons) == 1
             and isinstance(found.comparisons[0].operator, cst.Is)
-            and isinstance(found.comparisons[0].comparator, cst.Name) and found.comparisons[0].comparator.value == "None"
+            and isinstance(found.comparisons[0].comparator, cst.Name)
+            and found.comparisons[0].comparator.value == "None"
         ):
             name = stored_name(found.left)
             if name is not None and name not in params:
@@ -300,7 +318,10 @@ def is_other_device_test(test: cst.BaseExpression) -> bool:
     GPU does not take (YOLOX's CPU fallback after an out-of-memory error, timm's NPU branches)."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = test.expression
-        return isinstance(inner, cst.Call) and dotted_name(inner.func) in ("torch.cuda.is_available", "cuda.is_available")
+        return isinstance(inner, cst.Call) and dotted_name(inner.func) in (
+            "torch.cuda.is_available",
+            "cuda.is_available",
+        )
     if isinstance(test, cst.Call):
         name = dotted_name(test.func) or ""
         parts = name.split(".")
@@ -382,9 +403,13 @@ def type_test(test: cst.BaseExpression) -> TypeTest | None:
             return TypeTest(subject, ("torch.Tensor",), True)
         return None
     if (
-        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-        and isinstance(test.left, cst.Call) and isinstance(test.left.func, cst.Name) and test.left.func.value == "type"
-        and len(test.left.args) == 1 and isinstance(test.left.args[0].value, cst.Name)
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.left, cst.Call)
+        and isinstance(test.left.func, cst.Name)
+        and test.left.func.value == "type"
+        and len(test.left.args) == 1
+        and isinstance(test.left.args[0].value, cst.Name)
     ):
         operator = test.comparisons[0].operator
         if isinstance(operator, (cst.Is, cst.Equal, cst.In, cst.IsNot, cst.NotEqual, cst.NotIn)):

@@ -23,44 +23,95 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from loopaudit.analysis.cross_module import ProjectFacts
 from loopaudit.analysis.module_index import (
-    Binding, CallSite, ClassInfo, Frame, FrameKind, FunctionInfo, LoopInfo, ModuleIndex, Scope, argument_at, argument_for,
+    Binding,
+    CallSite,
+    ClassInfo,
+    Frame,
+    FrameKind,
+    FunctionInfo,
+    LoopInfo,
+    ModuleIndex,
+    Scope,
+    argument_at,
+    argument_for,
     loop_within,
 )
-from loopaudit.analysis.options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
-from loopaudit.analysis.cross_module import ProjectFacts
 from loopaudit.analysis.names import dotted_name, stored_name, string_key, terminal_name
-from loopaudit.analysis.walk import iter_subtree
+from loopaudit.analysis.options import UNREAD, OptionTest, constant_flag, default_of, literal, option_test
 from loopaudit.analysis.patterns import (
     BATCH_FETCH,
     EVALUATION_FUNCTION,
     LOADER_NAME,
     calls_a_model,
-    is_training_call,
-    next_of,
     is_step_variable,
-    runs_a_model,
+    is_training_call,
     loop_target_names,
     mentions_step_bound,
+    next_of,
+    runs_a_model,
     runs_once,
     unwrap_iterable,
 )
+from loopaudit.analysis.walk import iter_subtree
 
 # Method names too generic to resolve by name alone (torch and Python objects have them too).
-_COMMON_METHODS = frozenset({
-    "step", "forward", "update", "train", "eval", "to", "cuda", "cpu", "backward", "zero_grad", "append",
-    "extend", "add", "get", "set", "items", "keys", "values", "reset", "run", "load", "save", "close",
-    "write", "read", "log", "format", "item", "sum", "mean", "compute", "copy", "state_dict", "apply",
-    "__init__", "__call__", "parameters", "named_parameters",
-})
+_COMMON_METHODS = frozenset(
+    {
+        "step",
+        "forward",
+        "update",
+        "train",
+        "eval",
+        "to",
+        "cuda",
+        "cpu",
+        "backward",
+        "zero_grad",
+        "append",
+        "extend",
+        "add",
+        "get",
+        "set",
+        "items",
+        "keys",
+        "values",
+        "reset",
+        "run",
+        "load",
+        "save",
+        "close",
+        "write",
+        "read",
+        "log",
+        "format",
+        "item",
+        "sum",
+        "mean",
+        "compute",
+        "copy",
+        "state_dict",
+        "apply",
+        "__init__",
+        "__call__",
+        "parameters",
+        "named_parameters",
+    }
+)
 
 # Calls that return the same object (or the same model, moved): `Net().to(device)` is still a Net.
 _MOVES = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "float", "double", "requires_grad_"})
 # Wrappers whose calls run the model they wrap: `DistributedDataParallel(model)(x)` is `model(x)`.
-_MODEL_WRAPPERS = frozenset({
-    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel", "torch.compile",
-})
+_MODEL_WRAPPERS = frozenset(
+    {
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.compile",
+    }
+)
 _MODEL_WRAPPER_NAMES = frozenset({"DistributedDataParallel", "DataParallel", "DDP"})
 
 # Of those, names that projects' own classes define often, called with arguments a builtin's method
@@ -70,13 +121,50 @@ _NAMESAKE_METHODS = frozenset({"update", "compute", "log", "forward", "run", "re
 # Module.forward(x...); more than one positional argument is a project's own method.
 _BUILTIN_ARITY = {"update": 1, "compute": 0, "log": 0, "forward": 99, "run": 0, "reset": 0}
 # Libraries whose calls never return an object of the project's classes.
-_KNOWN_LIBRARIES = frozenset({
-    "torch", "numpy", "np", "collections", "math", "os", "sys", "time", "json", "logging", "re",
-    "random", "itertools", "functools", "pathlib", "tqdm", "pandas", "PIL", "cv2", "torchvision",
-    "wandb", "tensorboardX", "argparse", "copy", "datetime", "threading", "multiprocessing", "queue",
-    "scipy", "sklearn", "transformers", "accelerate", "gym", "gymnasium", "matplotlib", "csv", "pickle",
-    "diffusers", "timm", "peft",
-})
+_KNOWN_LIBRARIES = frozenset(
+    {
+        "torch",
+        "numpy",
+        "np",
+        "collections",
+        "math",
+        "os",
+        "sys",
+        "time",
+        "json",
+        "logging",
+        "re",
+        "random",
+        "itertools",
+        "functools",
+        "pathlib",
+        "tqdm",
+        "pandas",
+        "PIL",
+        "cv2",
+        "torchvision",
+        "wandb",
+        "tensorboardX",
+        "argparse",
+        "copy",
+        "datetime",
+        "threading",
+        "multiprocessing",
+        "queue",
+        "scipy",
+        "sklearn",
+        "transformers",
+        "accelerate",
+        "gym",
+        "gymnasium",
+        "matplotlib",
+        "csv",
+        "pickle",
+        "diffusers",
+        "timm",
+        "peft",
+    }
+)
 
 
 def _fits_no_builtin(method: str, call: cst.Call) -> bool:
@@ -106,11 +194,31 @@ def _steps_optimizer(call: cst.Call) -> bool:
 
 
 # Calls that keep a callable for later rather than call it: a container's, a hook's registration.
-_KEEPS_CALLABLES = frozenset({
-    "append", "extend", "insert", "add", "setdefault", "update", "register", "register_hook",
-    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "partial",
-    "setattr", "getattr", "hasattr", "isinstance", "callable", "print", "id", "type", "signal",
-})
+_KEEPS_CALLABLES = frozenset(
+    {
+        "append",
+        "extend",
+        "insert",
+        "add",
+        "setdefault",
+        "update",
+        "register",
+        "register_hook",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "partial",
+        "setattr",
+        "getattr",
+        "hasattr",
+        "isinstance",
+        "callable",
+        "print",
+        "id",
+        "type",
+        "signal",
+    }
+)
 
 
 def _fits(function: FunctionInfo, call: cst.Call) -> bool:
@@ -134,19 +242,32 @@ _IGNITE_ENGINES = frozenset({"Engine", "DeterministicEngine"})
 def _per_iteration_event(expr: cst.BaseExpression) -> bool:
     """`Events.ITERATION_COMPLETED` (every iteration), not `Events.ITERATION_COMPLETED(every=50)`."""
     return isinstance(expr, cst.Attribute) and expr.attr.value in (
-        "ITERATION_STARTED", "ITERATION_COMPLETED", "GET_BATCH_STARTED", "GET_BATCH_COMPLETED"
+        "ITERATION_STARTED",
+        "ITERATION_COMPLETED",
+        "GET_BATCH_STARTED",
+        "GET_BATCH_COMPLETED",
     )
 
 
 # Methods a framework calls once per batch. Lightning calls the batch hooks on both LightningModules
 # and Callbacks; HF's Trainer calls its own step methods and its TrainerCallbacks' step events.
-_LIGHTNING_BATCH_HOOKS = frozenset({
-    "on_train_batch_start", "on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end",
-    "on_test_batch_start", "on_test_batch_end", "on_before_backward", "on_after_backward",
-    "on_before_optimizer_step", "on_before_zero_grad",
-})
+_LIGHTNING_BATCH_HOOKS = frozenset(
+    {
+        "on_train_batch_start",
+        "on_train_batch_end",
+        "on_validation_batch_start",
+        "on_validation_batch_end",
+        "on_test_batch_start",
+        "on_test_batch_end",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
+        "on_before_zero_grad",
+    }
+)
 FRAMEWORK_HOOKS = {
-    "LightningModule": frozenset({"training_step", "validation_step", "test_step", "predict_step"}) | _LIGHTNING_BATCH_HOOKS,
+    "LightningModule": frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+    | _LIGHTNING_BATCH_HOOKS,
     "LightningCallback": _LIGHTNING_BATCH_HOOKS,
     "Trainer": frozenset({"training_step", "compute_loss", "prediction_step"}),
     "TrainerCallback": frozenset({"on_step_begin", "on_substep_end", "on_step_end"}),
@@ -258,7 +379,11 @@ class StepModel:
                 return self.local_functions(bound, site.scope) if isinstance(bound, cst.Name) else []
             if factory is not None and isinstance(factory.func, cst.Name):
                 # `train = make_train_step(model, opt)` ... `train(x, y)`: the function it returns.
-                return [f for maker in self._functions_by_name.get(factory.func.value, ()) for f in self.returned_functions(maker)]
+                return [
+                    f
+                    for maker in self._functions_by_name.get(factory.func.value, ())
+                    for f in self.returned_functions(maker)
+                ]
             return self._handed_functions(site)
         if isinstance(func, cst.Attribute):
             receiver = func.value
@@ -393,7 +518,8 @@ class StepModel:
             if called is None:
                 continue
             if any(
-                self.function_does_step_work(f) and not self.has_step_loop(f) for f in self._passed.get(id(site.call), ())
+                self.function_does_step_work(f) and not self.has_step_loop(f)
+                for f in self._passed.get(id(site.call), ())
             ):
                 return True
             if self.facts is not None and (called[0].qualname, called[1]) in self.facts.passed_step_work:
@@ -416,7 +542,8 @@ class StepModel:
             settings = {test.param[5:] for method in cls.methods.values() for test in _option_tests(method)}
             for attribute in settings & cls.attributes.keys():
                 found.update(
-                    b.value.value for b in cls.attributes[attribute]
+                    b.value.value
+                    for b in cls.attributes[attribute]
                     if b.kind == "value" and isinstance(b.value, cst.Name) and b.value.value in function.scope.params
                 )
         if depth < 3:
@@ -436,9 +563,12 @@ class StepModel:
     def _constructions(self, cls: ClassInfo) -> list[CallSite]:
         """The calls of this module that construct `cls` by its name."""
         return [
-            site for site in self.index.calls
-            if isinstance(site.call.func, cst.Name) and site.call.func.value == cls.name
-            and self.index.classes.get(cls.name) is cls and site.scope.lookup(cls.name) is None
+            site
+            for site in self.index.calls
+            if isinstance(site.call.func, cst.Name)
+            and site.call.func.value == cls.name
+            and self.index.classes.get(cls.name) is cls
+            and site.scope.lookup(cls.name) is None
         ]
 
     def by_name(self, site: CallSite) -> bool:
@@ -462,10 +592,24 @@ class StepModel:
         """Is the receiver evidently not an instance of a project class?"""
         while isinstance(receiver, cst.Subscript):
             receiver = receiver.value  # `meters["loss"].update(...)`: an element of what it holds
-            if isinstance(receiver, cst.Name) or isinstance(receiver, cst.Attribute):
+            if isinstance(receiver, (cst.Name, cst.Attribute)):
                 return False
-        if isinstance(receiver, (cst.BaseString, cst.Integer, cst.Float, cst.List, cst.Dict, cst.Set, cst.Tuple,
-                                 cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp)):
+        if isinstance(
+            receiver,
+            (
+                cst.BaseString,
+                cst.Integer,
+                cst.Float,
+                cst.List,
+                cst.Dict,
+                cst.Set,
+                cst.Tuple,
+                cst.ListComp,
+                cst.DictComp,
+                cst.SetComp,
+                cst.GeneratorExp,
+            ),
+        ):
             return True
         if isinstance(receiver, cst.Call):
             return self._foreign_value(receiver)
@@ -476,7 +620,11 @@ class StepModel:
             if found is None:
                 return receiver.value in _BUILTINS
             bindings, _ = found
-        elif isinstance(receiver, cst.Attribute) and isinstance(receiver.value, cst.Name) and receiver.value.value == "self":
+        elif (
+            isinstance(receiver, cst.Attribute)
+            and isinstance(receiver.value, cst.Name)
+            and receiver.value.value == "self"
+        ):
             cls = scope.owner_class
             bindings = cls.attributes.get(receiver.attr.value, []) if cls is not None else []
         else:
@@ -494,8 +642,22 @@ class StepModel:
 
     def _foreign_value(self, value: cst.BaseExpression) -> bool:
         value = _unmoved(value)
-        if isinstance(value, (cst.BaseString, cst.Integer, cst.Float, cst.List, cst.Dict, cst.Set, cst.Tuple,
-                              cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp)):
+        if isinstance(
+            value,
+            (
+                cst.BaseString,
+                cst.Integer,
+                cst.Float,
+                cst.List,
+                cst.Dict,
+                cst.Set,
+                cst.Tuple,
+                cst.ListComp,
+                cst.DictComp,
+                cst.SetComp,
+                cst.GeneratorExp,
+            ),
+        ):
             return True
         if not isinstance(value, cst.Call):
             return False
@@ -521,7 +683,9 @@ class StepModel:
     def _inherits(self, cls: ClassInfo, ancestor: ClassInfo, depth: int = 0) -> bool:
         for base in cls.bases:
             parent = self.index.classes.get(terminal_name(base) or "")
-            if parent is ancestor or (parent is not None and parent is not cls and depth < 8 and self._inherits(parent, ancestor, depth + 1)):
+            if parent is ancestor or (
+                parent is not None and parent is not cls and depth < 8 and self._inherits(parent, ancestor, depth + 1)
+            ):
                 return True
         return False
 
@@ -596,9 +760,15 @@ class StepModel:
         if not self._enters_own(site):
             # `retry_call(model.train)` where `model = Trainer(...)` of another module: its `train`
             for value, method in self._handed_callables(site):
-                if isinstance(value, cst.Attribute) and not (isinstance(value.value, cst.Name) and value.value.value in ("self", "cls")):
+                if isinstance(value, cst.Attribute) and not (
+                    isinstance(value.value, cst.Name) and value.value.value in ("self", "cls")
+                ):
                     owner = self.class_of(value.value, site.scope)
-                    if owner is not None and not owner.startswith("<local>.") and owner.split(".", 1)[0] not in _KNOWN_LIBRARIES:
+                    if (
+                        owner is not None
+                        and not owner.startswith("<local>.")
+                        and owner.split(".", 1)[0] not in _KNOWN_LIBRARIES
+                    ):
                         found.append(f"{owner}.{method}")
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             cls = site.frame.enclosing_class()
@@ -611,7 +781,12 @@ class StepModel:
         """The members of a module-level dict literal bound to `name`, when every value is a name of a
         class or function (imported: qualified; this module's own: "<local>.X")."""
         found = self.index.module_scope.lookup(name)
-        if not found or len(found[0]) != 1 or found[0][0].kind != "value" or not isinstance(found[0][0].value, cst.Dict):
+        if (
+            not found
+            or len(found[0]) != 1
+            or found[0][0].kind != "value"
+            or not isinstance(found[0][0].value, cst.Dict)
+        ):
             return ()
         members = []
         for element in found[0][0].value.elements:
@@ -621,7 +796,9 @@ class StepModel:
             qualified = self.index.imports.qualify(value)
             if qualified is not None:
                 members.append(qualified)
-            elif isinstance(value, cst.Name) and (value.value in self.index.classes or value.value in self._functions_by_name):
+            elif isinstance(value, cst.Name) and (
+                value.value in self.index.classes or value.value in self._functions_by_name
+            ):
                 members.append(f"<local>.{value.value}")
             else:
                 return ()
@@ -645,7 +822,9 @@ class StepModel:
         if owner is not None:
             return f"{owner}.forward"
         if (
-            isinstance(func, cst.Name) and self.index.imports.star_modules and not _is_builtin(func.value)
+            isinstance(func, cst.Name)
+            and self.index.imports.star_modules
+            and not _is_builtin(func.value)
             and func.value not in self.index.classes
         ):
             # `from layers import *` ... `transformation_from_parameters(...)`: a function of one of
@@ -731,7 +910,11 @@ class StepModel:
             if made is not None:
                 return made  # `model = self.exp.get_model()`: what another module's function returns
         name = terminal_name(value.func) or ""
-        if name in _ALTERNATE_CONSTRUCTORS and isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Name):
+        if (
+            name in _ALTERNATE_CONSTRUCTORS
+            and isinstance(value.func, cst.Attribute)
+            and isinstance(value.func.value, cst.Name)
+        ):
             # `Ner.from_pretrained(path)`, `Model.load_from_checkpoint(ckpt)`: an instance of that
             # class (a library's too: `self.tokenizer = CLIPTokenizer.from_pretrained(...)` says the
             # attribute holds no class of the project, though another module's `tokenizer` does).
@@ -842,7 +1025,9 @@ class StepModel:
             for decorator in function.node.decorators:
                 call = decorator.decorator
                 if (
-                    isinstance(call, cst.Call) and terminal_name(call.func) == "on" and call.args
+                    isinstance(call, cst.Call)
+                    and terminal_name(call.func) == "on"
+                    and call.args
                     and _per_iteration_event(call.args[0].value)
                 ):
                     hooks.setdefault(id(function), "ignite per-iteration event handler")
@@ -864,7 +1049,7 @@ class StepModel:
         # Through a factory of the module (`model, criterion = set_model()`), as class_of reads it.
         known = self.class_of(cst.Name(name), site.scope) if any(b.kind == "element" for b in found[0]) else None
         if known is not None and known.startswith("<local>."):
-            return self.index.classes.get(known[len("<local>."):])
+            return self.index.classes.get(known[len("<local>.") :])
         return None
 
     def _methods(self, cls: ClassInfo, names: tuple[str, ...], seen: frozenset = frozenset()) -> list[FunctionInfo]:
@@ -920,7 +1105,11 @@ class StepModel:
         # range(nbatches)`) must also do a step's work: train, run a forward pass, or fetch a batch.
         # Not inside a model's own methods: there a counted loop unrolls the computation (an
         # autoregressive decoder's `while True:`), which runs within one step.
-        if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
+        if (
+            loop.function is not None
+            and loop.function.class_info is not None
+            and self.is_torch_module(loop.function.class_info)
+        ):
             return False
         return self.counts_steps(loop) and self.does_step_work(loop.all_calls)
 
@@ -937,8 +1126,10 @@ class StepModel:
             _steps_optimizer(site.call) for f in helpers for site in f.all_calls
         ):
             return False
-        around = loop.parent_loop.direct_calls if loop.parent_loop is not None else (
-            loop.function.direct_calls if loop.function is not None else []
+        around = (
+            loop.parent_loop.direct_calls
+            if loop.parent_loop is not None
+            else (loop.function.direct_calls if loop.function is not None else [])
         )
         return any(_steps_optimizer(site.call) and is_training_call(site.call, self.index.imports) for site in around)
 
@@ -960,7 +1151,11 @@ class StepModel:
             if self.by_name(site) and len(targets) != 1:
                 continue
             for function in targets:
-                if self._evaluates(function) and self.function_does_step_work(function) and not self._repeats_work(function):
+                if (
+                    self._evaluates(function)
+                    and self.function_does_step_work(function)
+                    and not self._repeats_work(function)
+                ):
                     return True
         return False
 
@@ -974,12 +1169,18 @@ class StepModel:
             return False
         if _walks_written_out(loop) or self._walks_model_output(loop):
             return False
-        if loop.function is not None and loop.function.class_info is not None and self.is_torch_module(loop.function.class_info):
+        if (
+            loop.function is not None
+            and loop.function.class_info is not None
+            and self.is_torch_module(loop.function.class_info)
+        ):
             return False
         drawn = self.drawn_in(loop)
         for site in loop.direct_calls:
             name = terminal_name(site.call.func) or ""
-            if not (calls_a_model(name) and name not in self.index.classes) or not _on_every_iteration(site.frame, loop.frame):
+            if not (calls_a_model(name) and name not in self.index.classes) or not _on_every_iteration(
+                site.frame, loop.frame
+            ):
                 continue
             # The model's input is the item's data: `for scale in scales: model(resize(x, scale_factor=scale))`
             # and `for alpha in alphas: generator(x, lerp(a, b, alpha))` vary a setting over one input.
@@ -1006,7 +1207,8 @@ class StepModel:
         if function.class_info is not None and self.is_torch_module(function.class_info):
             return False
         return any(
-            runs_a_model(site.call) and (terminal_name(site.call.func) or "") not in self.index.classes
+            runs_a_model(site.call)
+            and (terminal_name(site.call.func) or "") not in self.index.classes
             and _on_every_iteration(site.frame, loop.frame)
             for site in loop.direct_calls
         )
@@ -1019,7 +1221,9 @@ class StepModel:
             return False
         found = loop.scope.lookup(iterable.value)
         return found is not None and any(
-            b.kind == "value" and isinstance(b.value, cst.Call) and calls_a_model(terminal_name(b.value.func) or "")
+            b.kind == "value"
+            and isinstance(b.value, cst.Call)
+            and calls_a_model(terminal_name(b.value.func) or "")
             and terminal_name(b.value.func) not in self.index.classes
             for b in found[0]
         )
@@ -1143,21 +1347,28 @@ class StepModel:
                     continue
                 # `loader = tqdm.tqdm(trainloader)`, `it = iter(data_loader)`: a local name wrapping one
                 for param in function.scope.params:
-                    if param not in function.scope.assignments and self._refers_to(expr, param, function.scope, loop.scope, 1):
+                    if param not in function.scope.assignments and self._refers_to(
+                        expr, param, function.scope, loop.scope, 1
+                    ):
                         note(param, loop)
         cls = function.class_info
         if function.name == "__init__" and cls is not None:
             # `Solver(celeba_loader, ...)` keeps the loader (`self.celeba_loader = celeba_loader`) for a
             # step loop of another method to iterate (`data_iter = iter(self.celeba_loader)`).
             class_step_loops = [
-                (method, loop) for method in self.index.functions if method.class_info is cls
-                for loop in method.loops if self.is_step_loop(loop)
+                (method, loop)
+                for method in self.index.functions
+                if method.class_info is cls
+                for loop in method.loops
+                if self.is_step_loop(loop)
             ]
             for attr, bindings in cls.attributes.items():
                 kept = [b.value.value for b in bindings if isinstance(b.value, cst.Name) and b.scope is function.scope]
                 params = [p for p in kept if p in function.scope.params]
                 for method, loop in class_step_loops if params else ():
-                    if any(self._refers_to(expr, f"self.{attr}", method.scope, loop.scope, 0) for expr in drawn_from(loop)):
+                    if any(
+                        self._refers_to(expr, f"self.{attr}", method.scope, loop.scope, 0) for expr in drawn_from(loop)
+                    ):
                         for param in params:
                             note(param, loop)
         return tuple(sorted((param, trains, again) for param, (trains, again) in found.items()))
@@ -1221,6 +1432,7 @@ class StepModel:
             # self.dataloader` (pix2pixHD's loader class): what the class's methods hand back.
             def is_kept(expr: cst.BaseExpression) -> bool:
                 return stored_name(expr) == bound[0]
+
             methods = bound[1].owner_class.methods.values()
             return [use for method in methods for use in self.returned_uses_of(method, is_kept)]
         if bound is not None:
@@ -1234,6 +1446,7 @@ class StepModel:
 
             def is_ours(expr: cst.BaseExpression) -> bool:
                 return expr is value
+
         return self.returned_uses_of(function, is_ours) if function is not None else []
 
     def returned_uses_of(self, function: FunctionInfo, is_ours) -> list[tuple[bool, bool]]:
@@ -1248,7 +1461,8 @@ class StepModel:
             elif isinstance(returned, cst.Tuple):
                 elements.update(i for i, element in enumerate(returned.elements) if is_ours(element.value))
         return [
-            (trains, again) for qualname, element, trains, again in self.facts.returned_uses
+            (trains, again)
+            for qualname, element, trains, again in self.facts.returned_uses
             if qualname == function.qualname and element in elements
         ]
 
@@ -1259,7 +1473,11 @@ class StepModel:
         function = self.function_info(scope.function) if scope.function is not None else None
         if function is None or self.facts is None or not self.facts.returned_uses:
             return []
-        callers = [(element, trains, again) for qualname, element, trains, again in self.facts.returned_uses if qualname == function.qualname]
+        callers = [
+            (element, trains, again)
+            for qualname, element, trains, again in self.facts.returned_uses
+            if qualname == function.qualname
+        ]
         uses = []
         for returned in function.returns:
             if returned is call:
@@ -1290,9 +1508,7 @@ class StepModel:
             if qualified.endswith("DataLoader") or name.endswith("DataLoader") or LOADER_NAME.search(name):
                 return True
             # A call wrapping a loader (not `len`/`range`, which turn it into a count).
-            return any(
-                self.is_loader(inner, scope, depth + 1) for inner in unwrap_iterable(expr)[1:]
-            )
+            return any(self.is_loader(inner, scope, depth + 1) for inner in unwrap_iterable(expr)[1:])
         name = terminal_name(expr)
         if name is None:
             return False
@@ -1301,9 +1517,7 @@ class StepModel:
         if isinstance(expr, cst.Name) and scope is not None:
             found = scope.lookup(name)
             if found is not None:
-                return any(
-                    b.kind == "value" and self.is_loader(b.value, scope, depth + 1) for b in found[0]
-                )
+                return any(b.kind == "value" and self.is_loader(b.value, scope, depth + 1) for b in found[0])
         return False
 
     def walks_data(self, loop: LoopInfo) -> bool:
@@ -1333,8 +1547,10 @@ class StepModel:
         the list is called?"""
         drawn = self.drawn_in(loop)
         return any(
-            _FILE_READER.match(terminal_name(site.call.func) or "") and site.call.args
-            and _data_of(site.call.args[0].value) & drawn and _on_every_iteration(site.frame, loop.frame)
+            _FILE_READER.match(terminal_name(site.call.func) or "")
+            and site.call.args
+            and _data_of(site.call.args[0].value) & drawn
+            and _on_every_iteration(site.frame, loop.frame)
             for site in loop.direct_calls
         )
 
@@ -1368,9 +1584,7 @@ class StepModel:
         if any(is_step_variable(name) for name in targets):
             return True
         bounds = iterable.args
-        return any(
-            mentions_step_bound(arg.value) or self._mentions_loader_length(arg.value, loop) for arg in bounds
-        )
+        return any(mentions_step_bound(arg.value) or self._mentions_loader_length(arg.value, loop) for arg in bounds)
 
     def _mentions_loader_length(self, expr: cst.BaseExpression, loop: LoopInfo) -> bool:
         if isinstance(expr, cst.Call) and terminal_name(expr.func) == "len" and expr.args:
@@ -1429,7 +1643,9 @@ class StepModel:
         `loaders[phase]`, or `loader` of `for phase, loader in loaders.items()` (or `.values()`)?"""
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
             read = string_key(expr)
-            return (key is None or read is None or read == key) and self._refers_to(expr.value, container, scope, where, depth=0)
+            return (key is None or read is None or read == key) and self._refers_to(
+                expr.value, container, scope, where, depth=0
+            )
         if not isinstance(expr, cst.Name):
             return False
         found = where.lookup(expr.value)
@@ -1446,7 +1662,9 @@ class StepModel:
         """The function whose `return` statement gives back `value` itself (or as an element of a tuple)."""
         for function in self.index.functions:
             for returned in function.returns:
-                if returned is value or (isinstance(returned, cst.Tuple) and any(e.value is value for e in returned.elements)):
+                if returned is value or (
+                    isinstance(returned, cst.Tuple) and any(e.value is value for e in returned.elements)
+                ):
                     return function
         return None
 
@@ -1483,9 +1701,7 @@ class StepModel:
             # `Trainer(data_loader=loader)` ... `for batch in self.data_loader:`
             owner = where.owner_class
             stored = owner.attributes.get(expr.attr.value, ()) if owner is not None and depth < 3 else ()
-            return any(
-                b.kind == "value" and self._refers_to(b.value, name, scope, b.scope, depth + 1) for b in stored
-            )
+            return any(b.kind == "value" and self._refers_to(b.value, name, scope, b.scope, depth + 1) for b in stored)
         if not isinstance(expr, cst.Name):
             return False
         found = where.lookup(expr.value)
@@ -1497,7 +1713,8 @@ class StepModel:
         if depth < 3 and any(
             # `pbar = tqdm(train_loader)`, `it = iter(loader)`, `with tqdm(enumerate(loader)) as t:`: a
             # name bound to something wrapping ours
-            b.kind in ("value", "with") and any(self._refers_to(inner, name, scope, owner, depth + 1) for inner in unwrap_iterable(b.value))
+            b.kind in ("value", "with")
+            and any(self._refers_to(inner, name, scope, owner, depth + 1) for inner in unwrap_iterable(b.value))
             for b in bindings
         ):
             return True
@@ -1510,13 +1727,21 @@ class StepModel:
             for b in bindings
         ):
             return True
-        if depth < 3 and owner.function is not None and (keys := {k for b in bindings if (k := _keyword_read(b, owner.function))}):
+        if (
+            depth < 3
+            and owner.function is not None
+            and (keys := {k for b in bindings if (k := _keyword_read(b, owner.function))})
+        ):
             # `def train(**kwargs): data_loader = kwargs['data_loader']` (WS-DAN): the keyword argument
             # of that name at each call site
             function = self.function_info(owner.function)
             for site in self._sites_of(function)[:8] if function is not None else ():
                 for arg in site.call.args:
-                    if arg.keyword is not None and arg.keyword.value in keys and self._refers_to(arg.value, name, scope, site.scope, depth + 1):
+                    if (
+                        arg.keyword is not None
+                        and arg.keyword.value in keys
+                        and self._refers_to(arg.value, name, scope, site.scope, depth + 1)
+                    ):
                         return True
         if depth < 3 and expr.value in owner.params and owner.function is not None:
             # a parameter (perhaps rebound later, `loader = sample_data(loader)`, but read as passed first):
@@ -1596,7 +1821,8 @@ class StepModel:
         current: Frame | None = frame
         while current is not None:
             if current.kind is FrameKind.WITH and any(
-                self.disables_grad(item.item) for item in current.node.items  # type: ignore[union-attr]
+                self.disables_grad(item.item)
+                for item in current.node.items  # type: ignore[union-attr]
             ):
                 return True
             if current.kind is FrameKind.FUNCTION:
@@ -1611,7 +1837,9 @@ class StepModel:
                 sites = [site for site in function.call_sites if not self.hands_over(site, function)]
                 if id(function) in seen or (not sites and elsewhere is None) or elsewhere is False:
                     return self._grad_off_by_statement()
-                return self._grad_off_by_statement() or all(self.under_no_grad(site.frame, seen | {id(function)}) for site in sites)
+                return self._grad_off_by_statement() or all(
+                    self.under_no_grad(site.frame, seen | {id(function)}) for site in sites
+                )
             current = current.parent
         return self._grad_off_by_statement()
 
@@ -1621,14 +1849,19 @@ class StepModel:
         without autograd; the module's code is taken to run after it."""
         if self._grad_statement is None:
             switches = [
-                site.call for site in self.index.calls
+                site.call
+                for site in self.index.calls
                 if (self.index.imports.qualify(site.call.func) or dotted_name(site.call.func) or "")
                 in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled")
             ]
             statements = (
-                {id(node.value) for node in iter_subtree(self.index.module) if isinstance(node, cst.Expr)} if switches else set()
+                {id(node.value) for node in iter_subtree(self.index.module) if isinstance(node, cst.Expr)}
+                if switches
+                else set()
             )
-            settings = [literal(call.args[0].value) if call.args else None for call in switches if id(call) in statements]
+            settings = [
+                literal(call.args[0].value) if call.args else None for call in switches if id(call) in statements
+            ]
             self._grad_statement = bool(settings) and all(setting is False for setting in settings)
         return self._grad_statement
 
@@ -1640,7 +1873,12 @@ class StepModel:
         # `torch` that no import binds came in through a star import (`from modeling.deeplab import *`):
         # read the name as written.
         qualified = self.index.imports.qualify(target) or dotted_name(target) or ""
-        if qualified in ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"):
+        if qualified in (
+            "torch.no_grad",
+            "torch.inference_mode",
+            "torch.autograd.no_grad",
+            "torch.autograd.grad_mode.no_grad",
+        ):
             return True
         if qualified == "torch.set_grad_enabled" and call is not None and call.args:
             value = call.args[0].value
@@ -1747,15 +1985,17 @@ class StepModel:
         loop = frame.innermost_loop()
         if loop is None or not any(self._trains_at(site) for site in self._guarded_calls.get(id(frame), [])):
             return False
-        return not any(
-            self._trains_at(site) for site in loop.all_calls if _on_every_iteration(site.frame, loop.frame)
-        )
+        return not any(self._trains_at(site) for site in loop.all_calls if _on_every_iteration(site.frame, loop.frame))
 
     def _option_taken(self, frame: Frame) -> bool:
         """Can the callers select this arm: does a value they pass for the parameter its `if` tests,
         or the default where they leave it out, take it? (options.py)"""
         function = frame.enclosing_function()
-        flag = constant_flag(frame.node.test, function.scope if function is not None else self.index.module_scope) if isinstance(frame.node, cst.If) else None  # type: ignore[attr-defined]
+        flag = (
+            constant_flag(frame.node.test, function.scope if function is not None else self.index.module_scope)
+            if isinstance(frame.node, cst.If)
+            else None
+        )  # type: ignore[attr-defined]
         if flag is not None:
             # `classify = False` ... `if classify:`: what the code itself sets, wherever it sets it
             found = (function.scope if function is not None else self.index.module_scope).lookup(flag)
@@ -1796,7 +2036,12 @@ class StepModel:
         for binding in bindings:
             value = literal(binding.value) if binding.kind == "value" else UNREAD
             stored = binding.value if binding.kind == "value" and isinstance(binding.value, cst.Name) else None
-            if value is UNREAD and stored is not None and stored.value in init.scope.params and not init.scope.assignments.get(stored.value):
+            if (
+                value is UNREAD
+                and stored is not None
+                and stored.value in init.scope.params
+                and not init.scope.assignments.get(stored.value)
+            ):
                 values |= self.parameter_values(init, stored.value)
             else:
                 values.add(value)
@@ -1810,7 +2055,8 @@ class StepModel:
         default = default_of(function.node, name)
         facts = self.facts
         elsewhere = [
-            (tag, value) for qualname, param, tag, value in (facts.option_values if facts is not None else ())
+            (tag, value)
+            for qualname, param, tag, value in (facts.option_values if facts is not None else ())
             if qualname == function.qualname and param == name
         ]
         sites = function.call_sites
@@ -1827,8 +2073,14 @@ class StepModel:
                 values.add(default)
                 continue
             value = literal(argument)
-            forwarded = site.scope.lookup(argument.value) if value is UNREAD and isinstance(argument, cst.Name) else None
-            caller = self.function_info(forwarded[1].function) if forwarded and not forwarded[0] and forwarded[1].function else None
+            forwarded = (
+                site.scope.lookup(argument.value) if value is UNREAD and isinstance(argument, cst.Name) else None
+            )
+            caller = (
+                self.function_info(forwarded[1].function)
+                if forwarded and not forwarded[0] and forwarded[1].function
+                else None
+            )
             if caller is not None and depth < 3:
                 values |= self.parameter_values(caller, argument.value, depth + 1)
             else:
@@ -1839,7 +2091,8 @@ class StepModel:
 
     def _trains_at(self, site: CallSite) -> bool:
         return (
-            is_training_call(site.call, self.index.imports) or any(self.trains(f) for f in self.resolve(site))
+            is_training_call(site.call, self.index.imports)
+            or any(self.trains(f) for f in self.resolve(site))
             or self._known_elsewhere("trains", [site])
         )
 
@@ -1856,7 +2109,9 @@ class StepModel:
             for site in function.call_sites:
                 outer = self.reason(site.frame)
                 if outer is not None:
-                    answer = StepReason(outer.kind, outer.node, outer.hook, (*outer.via, function.qualname), outer.origin)
+                    answer = StepReason(
+                        outer.kind, outer.node, outer.hook, (*outer.via, function.qualname), outer.origin
+                    )
                     break
             if answer is None and key in self._entered:
                 answer = StepReason("external", function.node, origin=self._entered[key])
@@ -1872,7 +2127,9 @@ _FILE_READER = re.compile(
     r"(?i)^(imread|imread_\w+|read_image|read_video|load_image|load_img|open|load|loadmat|load_wav|read_wav|read|sf_read)$"
 )
 # Names of lists of files or samples that an inference script walks one by one.
-_FILE_LIST = re.compile(r"(?i)^(file_?list|files|filenames|file_?names|paths|image_?paths|img_?list|image_?list|wav_?list|video_?list|samples)$")
+_FILE_LIST = re.compile(
+    r"(?i)^(file_?list|files|filenames|file_?names|paths|image_?paths|img_?list|image_?list|wav_?list|video_?list|samples)$"
+)
 
 
 def counted_range(loop: LoopInfo) -> cst.Call | None:
@@ -1892,7 +2149,7 @@ def counted_range(loop: LoopInfo) -> cst.Call | None:
 
 
 def indexed_walk(loop: LoopInfo) -> str | None:
-    """"dataset" for `for i in range(len(dataset))` (also inside `tqdm(...)` / `enumerate(...)`)."""
+    """ "dataset" for `for i in range(len(dataset))` (also inside `tqdm(...)` / `enumerate(...)`)."""
     iterable = counted_range(loop)
     if iterable is None or terminal_name(iterable.func) != "range" or len(iterable.args) != 1:
         return None
@@ -1914,7 +2171,9 @@ def batch_stride(loop: LoopInfo) -> cst.BaseExpression | None:
     positional = [arg.value for arg in iterable.args if arg.keyword is None and not arg.star]
     if len(positional) != 3:
         return None
-    names = [terminal_name(node) or "" for node in iter_subtree(positional[2]) if isinstance(node, (cst.Name, cst.Attribute))]
+    names = [
+        terminal_name(node) or "" for node in iter_subtree(positional[2]) if isinstance(node, (cst.Name, cst.Attribute))
+    ]
     return positional[2] if any(_BATCH_SIZE.search(name) for name in names) else None
 
 
@@ -1964,12 +2223,18 @@ def restarts_iterator(loop: LoopInfo) -> bool:
         if isinstance(iterator, cst.Name):
             found = site.scope.lookup(iterator.value)
             bindings = found[0] if found else []
-        elif isinstance(iterator, cst.Attribute) and stored_name(iterator) is not None and site.scope.owner_class is not None:
+        elif (
+            isinstance(iterator, cst.Attribute)
+            and stored_name(iterator) is not None
+            and site.scope.owner_class is not None
+        ):
             bindings = site.scope.owner_class.attributes.get(iterator.attr.value, [])
         else:
             continue
         if any(
-            b.kind == "value" and isinstance(b.value, cst.Call) and terminal_name(b.value.func) == "iter"
+            b.kind == "value"
+            and isinstance(b.value, cst.Call)
+            and terminal_name(b.value.func) == "iter"
             and loop_within(b.loop, loop)
             for b in bindings
         ):
@@ -1978,13 +2243,18 @@ def restarts_iterator(loop: LoopInfo) -> bool:
 
 
 def _keyword_read(binding: Binding, function: cst.FunctionDef) -> str | None:
-    """"data_loader" for a name bound to `kwargs['data_loader']` or `kwargs.get('data_loader')`, where
+    """ "data_loader" for a name bound to `kwargs['data_loader']` or `kwargs.get('data_loader')`, where
     `kwargs` is the function's `**` parameter: a keyword argument its callers pass."""
     star = function.params.star_kwarg
     value = binding.value
     if star is None or binding.kind != "value":
         return None
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("get", "pop") and value.args:
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("get", "pop")
+        and value.args
+    ):
         holder, key = value.func.value, value.args[0].value
     elif isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
         holder, key = value.value, value.slice[0].slice.value
@@ -2053,7 +2323,9 @@ def _drawn_in(loop: LoopInfo) -> set[str]:
     """The loop's item names and the names its body binds from them (`x = move(batch['waveform'])`)."""
     drawn = set(loop_target_names(loop.node))
     bound = [
-        (name, binding.value) for name, bindings in loop.scope.assignments.items() for binding in bindings
+        (name, binding.value)
+        for name, bindings in loop.scope.assignments.items()
+        for binding in bindings
         if binding.loop is loop and binding.kind in ("value", "element")
     ]
     for _ in range(8):
@@ -2083,7 +2355,7 @@ def _data_of(expr: cst.BaseExpression) -> set[str]:
     for child in expr.children:
         if isinstance(child, cst.Arg) and child.keyword is not None:
             continue
-        if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Element, cst.SubscriptElement, cst.Index, cst.Arg)):
+        if isinstance(child, (cst.BaseExpression, cst.Element, cst.SubscriptElement, cst.Index, cst.Arg)):
             found |= _data_of(child)  # type: ignore[arg-type]
     return found
 

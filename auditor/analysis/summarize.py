@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-
 import libcst as cst
 
 from loopaudit.analysis.argument_values import CPU_COUNT, At, declared_defaults, setting_value
+from loopaudit.analysis.cross_module import CallEdge, FunctionFacts, ModuleSummary
 from loopaudit.analysis.device import names_cuda
-from loopaudit.analysis.module_index import FrameKind
+from loopaudit.analysis.module_index import FrameKind, ModuleIndex
 from loopaudit.analysis.names import dotted_name
 from loopaudit.analysis.options import UNREAD, literal
-
-from loopaudit.analysis.cross_module import CallEdge, FunctionFacts, ModuleSummary
-from loopaudit.analysis.module_index import ModuleIndex
 from loopaudit.analysis.stepmodel import StepModel
 from loopaudit.analysis.tensors import TensorInference
+
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
     """The summary of one analysed module. `describe(reason, call)` renders why `call` runs per step."""
@@ -41,12 +39,14 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         for name, cls in index.classes.items()
     }
     edges = []
-    for site, target in ((site, target) for site in index.calls for target in steps.external_targets(site)):
+    for site, target in ((call, target) for call in index.calls for target in steps.external_targets(call)):
         if not facts.reaches_project(target):
             continue
         reason = steps.reason(site.frame)
         if (
-            target.startswith("*") and reason is None and site.frame.innermost_loop() is None
+            target.startswith("*")
+            and reason is None
+            and site.frame.innermost_loop() is None
             and id(site.call) not in index.bound_names
         ):
             continue  # an untyped method call matters where it may train or run per step, or makes a value
@@ -70,32 +70,53 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
                 classes.append((key, cls))
         starred = any(arg.star for arg in site.call.args)
         callables = tuple(
-            (arg.keyword.value if arg.keyword is not None else str(position), function.qualname,
-             steps.function_does_step_work(function), steps.has_step_loop(function))
-            for position, arg in enumerate(site.call.args) if not arg.star
+            (
+                arg.keyword.value if arg.keyword is not None else str(position),
+                function.qualname,
+                steps.function_does_step_work(function),
+                steps.has_step_loop(function),
+            )
+            for position, arg in enumerate(site.call.args)
+            if not arg.star
             for function in steps.local_functions(arg.value, site.scope)[:1]
         )
         literals = tuple(
-            (arg.keyword.value if arg.keyword is not None else str(position), "unread" if value is UNREAD else "=",
-             None if value is UNREAD else value)
-            for position, arg in enumerate(site.call.args) if not arg.star
+            (
+                arg.keyword.value if arg.keyword is not None else str(position),
+                "unread" if value is UNREAD else "=",
+                None if value is UNREAD else value,
+            )
+            for position, arg in enumerate(site.call.args)
+            if not arg.star
             for value in (literal(arg.value),)
         )
-        edges.append(CallEdge(
-            target, per_step, _passes_device(site.call), tuple(arguments), tuple(classes), _result_uses(steps, site),
-            tuple(values), _outermost_class(site.frame),
-            -1 if starred else sum(1 for arg in site.call.args if arg.keyword is None),
-            tuple(arg.keyword.value for arg in site.call.args if arg.keyword is not None),
-            callables=callables, literals=literals, grad_off=steps.under_no_grad(site.frame),
-            keyword_kinds=tuple(
-                (arg.keyword.value, tensors.shown_kind_at(arg.value, site.scope, site.frame).value)
-                for arg in site.call.args if arg.keyword is not None
-            ),
-        ))
+        edges.append(
+            CallEdge(
+                target,
+                per_step,
+                _passes_device(site.call),
+                tuple(arguments),
+                tuple(classes),
+                _result_uses(steps, site),
+                tuple(values),
+                _outermost_class(site.frame),
+                -1 if starred else sum(1 for arg in site.call.args if arg.keyword is None),
+                tuple(arg.keyword.value for arg in site.call.args if arg.keyword is not None),
+                callables=callables,
+                literals=literals,
+                grad_off=steps.under_no_grad(site.frame),
+                keyword_kinds=tuple(
+                    (arg.keyword.value, tensors.shown_kind_at(arg.value, site.scope, site.frame).value)
+                    for arg in site.call.args
+                    if arg.keyword is not None
+                ),
+            )
+        )
     step_loops = [loop for loop in index.loops if steps.is_step_loop(loop)]
     has_hook = any(steps.hook_name(function) is not None for function in index.functions)
     feeds_models = has_hook or any(
-        steps.loop_trains(loop) or steps.fetches_batch(loop)
+        steps.loop_trains(loop)
+        or steps.fetches_batch(loop)
         or (steps.iterates_loader(loop) and steps.does_step_work(loop.all_calls))
         for loop in step_loops
     )
@@ -106,19 +127,36 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
             if cls is not None:
                 returned_classes[function.qualname] = cls
     classes_made = frozenset(
-        site.call.func.value for site in index.calls
+        site.call.func.value
+        for site in index.calls
         if isinstance(site.call.func, cst.Name) and site.call.func.value in index.classes
     )
     registries = {name: members for name in index.module_scope.assignments if (members := steps.registry(name))}
     return ModuleSummary(
-        functions, bases, tuple(edges), cuda, returns, factories, bool(step_loops) or has_hook, returned_classes,
-        _field_classes(index, steps), classes_made, feeds_models,
-        names_cuda=names_cuda(index), names_cuda_device=bool(index.cuda_strings), moves_to_device=index.moves_to_device, registries=registries,
-        command_line_defaults=tuple(sorted(
-            (dest, value) for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
-            if type(value) in (int, bool) or value == CPU_COUNT
-            or (type(value) is str and "device" in dest.lower() and value.startswith(("cuda", "cpu")))
-        )),
+        functions,
+        bases,
+        tuple(edges),
+        cuda,
+        returns,
+        factories,
+        bool(step_loops) or has_hook,
+        returned_classes,
+        _field_classes(index, steps),
+        classes_made,
+        feeds_models,
+        names_cuda=names_cuda(index),
+        names_cuda_device=bool(index.cuda_strings),
+        moves_to_device=index.moves_to_device,
+        registries=registries,
+        command_line_defaults=tuple(
+            sorted(
+                (dest, value)
+                for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
+                if type(value) in (int, bool)
+                or value == CPU_COUNT
+                or (type(value) is str and "device" in dest.lower() and value.startswith(("cuda", "cpu")))
+            )
+        ),
     )
 
 
@@ -194,7 +232,9 @@ def _function_facts(steps: StepModel, function, describe) -> FunctionFacts:
             called.setdefault(parameter[1], describe(reason, site.call))
             grad_off[parameter[1]] = grad_off.get(parameter[1], True) and steps.under_no_grad(site.frame)
     return FunctionFacts(
-        steps.trains(function), steps.has_step_loop(function), steps.function_does_step_work(function),
+        steps.trains(function),
+        steps.has_step_loop(function),
+        steps.function_does_step_work(function),
         function.positional_params,
         steps.iterated_params(function),
         _loader_settings(steps, function),
@@ -220,9 +260,15 @@ def _is_abstract(function) -> bool:
         for small in statement.body:
             if isinstance(small, cst.Pass):
                 continue
-            if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+            if isinstance(small, cst.Expr) and isinstance(
+                small.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)
+            ):
                 continue
-            if isinstance(small, cst.Raise) and small.exc is not None and "NotImplementedError" in _raised_name(small.exc):
+            if (
+                isinstance(small, cst.Raise)
+                and small.exc is not None
+                and "NotImplementedError" in _raised_name(small.exc)
+            ):
                 continue
             return False
     return True
@@ -240,7 +286,9 @@ def _loader_settings(steps: StepModel, function) -> tuple[str, ...]:
         qualified = steps.index.imports.qualify(site.call.func) or ""
         if qualified.endswith("DataLoader"):
             found.update(
-                arg.value.value for arg in site.call.args if isinstance(arg.value, cst.Name) and arg.value.value in params
+                arg.value.value
+                for arg in site.call.args
+                if isinstance(arg.value, cst.Name) and arg.value.value in params
             )
     return tuple(sorted(found))
 
@@ -256,7 +304,11 @@ def _passes_device(call: cst.Call) -> bool:
         node = arg.value
         if isinstance(node, cst.SimpleString) and node.value.strip("'\"").startswith("cuda"):
             return True
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cuda", "to"):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("cuda", "to")
+        ):
             return True
         while isinstance(node, cst.Attribute):
             if "device" in node.attr.value or node.attr.value in ("gpu", "local_rank"):

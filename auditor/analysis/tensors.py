@@ -18,9 +18,17 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis.module_index import STAR_KWARGS, Binding, Frame, LoopInfo, ModuleIndex, Scope, loop_within, named_param
-from loopaudit.analysis.names import dotted_name, terminal_name
-from loopaudit.analysis.names import param_default
+from loopaudit.analysis.module_index import (
+    STAR_KWARGS,
+    Binding,
+    Frame,
+    LoopInfo,
+    ModuleIndex,
+    Scope,
+    loop_within,
+    named_param,
+)
+from loopaudit.analysis.names import dotted_name, param_default, terminal_name
 from loopaudit.analysis.patterns import BATCH_FETCH, calls_a_model, next_of, unwrap_iterable
 from loopaudit.analysis.stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
 from loopaudit.analysis.walk import Containment
@@ -63,34 +71,209 @@ _TORCH_NON_TENSOR_FUNCTIONS = re.compile(
     r"cuda|nn\.(?!functional|utils\.clip_grad_norm_)\w.*)$"
 )
 # Tensor methods that return something other than a tensor.
-_NON_TENSOR_METHODS = frozenset({
-    "item", "tolist", "numpy", "size", "dim", "ndimension", "numel", "nelement", "element_size",
-    "data_ptr", "is_contiguous", "is_floating_point", "is_complex", "get_device", "stride",
-    "storage_offset", "keys", "values", "items", "format", "join", "split", "strip", "state_dict",
-    "parameters", "named_parameters", "modules", "children", "__len__",
-})
+_NON_TENSOR_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "size",
+        "dim",
+        "ndimension",
+        "numel",
+        "nelement",
+        "element_size",
+        "data_ptr",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "get_device",
+        "stride",
+        "storage_offset",
+        "keys",
+        "values",
+        "items",
+        "format",
+        "join",
+        "split",
+        "strip",
+        "state_dict",
+        "parameters",
+        "named_parameters",
+        "modules",
+        "children",
+        "__len__",
+    }
+)
 # Tensor methods that return a tensor when called on one.
-_TENSOR_METHODS = frozenset({
-    "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "std", "var", "norm",
-    "abs", "exp", "log", "sqrt", "pow", "neg", "sigmoid", "softmax", "log_softmax", "relu", "tanh",
-    "float", "double", "half", "bfloat16", "long", "int", "bool", "to", "cuda", "cpu", "detach",
-    "clone", "contiguous", "view", "view_as", "reshape", "reshape_as", "flatten", "squeeze",
-    "unsqueeze", "permute", "transpose", "t", "expand", "expand_as", "repeat", "type_as", "type",
-    "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "any", "all", "logical_and",
-    "logical_or", "logical_not", "masked_fill", "gather", "index_select", "clamp", "clip", "round",
-    "floor", "ceil", "add", "sub", "mul", "div", "matmul", "mm", "bmm", "nonzero", "count_nonzero",
-    "cumsum", "squeeze_", "unsqueeze_", "add_", "mul_", "div_", "sub_", "zero_", "fill_", "where",
-    "masked_select", "unique", "square", "rsqrt", "reciprocal", "sign", "diag", "trace",
-    # (and those that return a tuple of tensors: their elements are tensors)
-    "sort", "argsort", "topk", "kthvalue", "median", "mode", "chunk", "unbind", "narrow", "select",
-    "flip", "roll", "cumprod", "triu", "tril", "sin", "cos", "log1p", "expm1", "logsumexp", "erf",
-    "scatter", "scatter_", "scatter_add", "scatter_add_", "index_add", "index_add_", "masked_fill_",
-    "masked_scatter", "copy_", "clamp_", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor",
-    "outer", "dot", "cross", "addmm", "baddbmm", "remainder", "fmod", "floor_divide", "true_divide",
-    "argwhere", "nan_to_num", "softplus", "lerp", "unfold", "split_with_sizes",
-    "new", "index", "index_fill", "index_fill_", "index_copy", "index_copy_", "index_put", "index_put_",
-    "resize_", "resize_as_", "fill_diagonal_", "masked_scatter_", "sort", "max_pool2d",
-})
+_TENSOR_METHODS = frozenset(
+    {
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "argmax",
+        "argmin",
+        "prod",
+        "std",
+        "var",
+        "norm",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "pow",
+        "neg",
+        "sigmoid",
+        "softmax",
+        "log_softmax",
+        "relu",
+        "tanh",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "to",
+        "cuda",
+        "cpu",
+        "detach",
+        "clone",
+        "contiguous",
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "flatten",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "t",
+        "expand",
+        "expand_as",
+        "repeat",
+        "type_as",
+        "type",
+        "eq",
+        "ne",
+        "gt",
+        "lt",
+        "ge",
+        "le",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "any",
+        "all",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "masked_fill",
+        "gather",
+        "index_select",
+        "clamp",
+        "clip",
+        "round",
+        "floor",
+        "ceil",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "matmul",
+        "mm",
+        "bmm",
+        "nonzero",
+        "count_nonzero",
+        "cumsum",
+        "squeeze_",
+        "unsqueeze_",
+        "add_",
+        "mul_",
+        "div_",
+        "sub_",
+        "zero_",
+        "fill_",
+        "where",
+        "masked_select",
+        "unique",
+        "square",
+        "rsqrt",
+        "reciprocal",
+        "sign",
+        "diag",
+        "trace",
+        # (and those that return a tuple of tensors: their elements are tensors)
+        "sort",
+        "argsort",
+        "topk",
+        "kthvalue",
+        "median",
+        "mode",
+        "chunk",
+        "unbind",
+        "narrow",
+        "select",
+        "flip",
+        "roll",
+        "cumprod",
+        "triu",
+        "tril",
+        "sin",
+        "cos",
+        "log1p",
+        "expm1",
+        "logsumexp",
+        "erf",
+        "scatter",
+        "scatter_",
+        "scatter_add",
+        "scatter_add_",
+        "index_add",
+        "index_add_",
+        "masked_fill_",
+        "masked_scatter",
+        "copy_",
+        "clamp_",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "new_empty",
+        "new_tensor",
+        "outer",
+        "dot",
+        "cross",
+        "addmm",
+        "baddbmm",
+        "remainder",
+        "fmod",
+        "floor_divide",
+        "true_divide",
+        "argwhere",
+        "nan_to_num",
+        "softplus",
+        "lerp",
+        "unfold",
+        "split_with_sizes",
+        "new",
+        "index",
+        "index_fill",
+        "index_fill_",
+        "index_copy",
+        "index_copy_",
+        "index_put",
+        "index_put_",
+        "resize_",
+        "resize_as_",
+        "fill_diagonal_",
+        "masked_scatter_",
+        "max_pool2d",
+    }
+)
 # What following a parameter to its callers' arguments costs of the depth (`kind`'s bound): chains
 # of calls through parameters and return values stay short, two helpers deep at most (faster-rcnn's
 # `forward` -> `_sample_rois(gt_boxes)` -> `_get_bbox_regression_labels(labels_batch)`).
@@ -98,10 +281,30 @@ _PARAMETER_HOP = 4
 # Tensor methods that read a shape or a value: they put nothing on the device.
 _SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "item", "tolist", "numpy", "stride"})
 # torch's dtypes (`torch.float16`): `.to(torch.float16)` converts, it does not move.
-TORCH_DTYPES = frozenset({
-    "float", "float16", "float32", "float64", "double", "half", "bfloat16", "int", "int8", "int16", "int32",
-    "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat", "cdouble",
-})
+TORCH_DTYPES = frozenset(
+    {
+        "float",
+        "float16",
+        "float32",
+        "float64",
+        "double",
+        "half",
+        "bfloat16",
+        "int",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "long",
+        "short",
+        "uint8",
+        "bool",
+        "complex64",
+        "complex128",
+        "cfloat",
+        "cdouble",
+    }
+)
 # Of those, the ones that move the tensor: `.cpu()` brings it to the host, the others to the device.
 _TO_HOST = frozenset({"cpu"})
 _TO_DEVICE = frozenset({"cuda", "to"})
@@ -124,15 +327,54 @@ _FLAG_NAME = re.compile(
 )
 # Attribute names that hold tensors on model outputs: `outputs.loss`, `out.logits`.
 _TENSOR_ATTRIBUTES = frozenset({"loss", "logits", "last_hidden_state", "hidden_states", "pred_boxes"})
-_PY_NON_TENSOR_CALLS = frozenset({
-    "float", "int", "bool", "len", "str", "repr", "round", "abs", "range", "list", "dict", "tuple",
-    "set", "sorted", "isinstance", "hasattr", "getattr", "type", "print", "format", "open", "id",
-})
+_PY_NON_TENSOR_CALLS = frozenset(
+    {
+        "float",
+        "int",
+        "bool",
+        "len",
+        "str",
+        "repr",
+        "round",
+        "abs",
+        "range",
+        "list",
+        "dict",
+        "tuple",
+        "set",
+        "sorted",
+        "isinstance",
+        "hasattr",
+        "getattr",
+        "type",
+        "print",
+        "format",
+        "open",
+        "id",
+    }
+)
 # torch functions that create a tensor: on the host unless given `device=`.
-_TORCH_CREATION = frozenset({
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",
-    "randn", "randint", "randperm", "eye", "from_numpy", "frombuffer", "asarray",
-})
+_TORCH_CREATION = frozenset(
+    {
+        "tensor",
+        "as_tensor",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "linspace",
+        "logspace",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+        "from_numpy",
+        "frombuffer",
+        "asarray",
+    }
+)
 # Methods that read a value out of a collection of tensors (a batch dict): `inputs.pop("labels")`.
 _CONTAINER_METHODS = frozenset({"pop", "get"})
 # Containers of settings: what `.get(...)` reads from them is an option, not a tensor.
@@ -142,16 +384,37 @@ _HOOK_BATCH_PARAMS = frozenset({"batch", "inputs", "input", "data", "sample", "s
 # Methods of an nn.Module that iterate its tensors (named_*: (name, tensor) pairs).
 _PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
 # Fields of batch objects (PyG's Batch, HF's BatchEncoding) that hold Python numbers, not tensors.
-_COUNT_ATTRIBUTES = frozenset({
-    "num_graphs", "num_nodes", "num_edges", "num_features", "num_node_features", "num_edge_features",
-    "batch_size", "keys", "is_cuda",
-})
-_NON_TENSOR_ATTRIBUTES = frozenset({
-    "shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout",
-    # Not a tensor's: a module's flag and configuration (`unwrap_model(unet).config.in_channels`), a
-    # device's type and index (`device.type == "npu"`).
-    "training", "config", "type", "index",
-})
+_COUNT_ATTRIBUTES = frozenset(
+    {
+        "num_graphs",
+        "num_nodes",
+        "num_edges",
+        "num_features",
+        "num_node_features",
+        "num_edge_features",
+        "batch_size",
+        "keys",
+        "is_cuda",
+    }
+)
+_NON_TENSOR_ATTRIBUTES = frozenset(
+    {
+        "shape",
+        "dtype",
+        "device",
+        "ndim",
+        "is_cuda",
+        "requires_grad",
+        "grad_fn",
+        "layout",
+        # Not a tensor's: a module's flag and configuration (`unwrap_model(unet).config.in_channels`), a
+        # device's type and index (`device.type == "npu"`).
+        "training",
+        "config",
+        "type",
+        "index",
+    }
+)
 
 
 class TensorInference:
@@ -293,12 +556,17 @@ class TensorInference:
         # A tensor-like name (`pred`, `loss`) is taken at its word, except as the element of an iterable
         # we know nothing about: `for pred, gt in zip(preds_str, labels)` walks decoded strings.
         if (
-            self._guess_from_names and merged is Kind.UNKNOWN and _TENSOR_NAMES.match(name)
+            self._guess_from_names
+            and merged is Kind.UNKNOWN
+            and _TENSOR_NAMES.match(name)
             and not {Kind.NOT_TENSOR, Kind.HOST_TENSOR} & set(kinds)
             and not any(binding.kind == "loop" for binding in bindings)
             # `losses = AverageMeter()`: an object of a class, whatever its name says (its methods may
             # still hand back tensors: `accelerator.gather(loss)`, so its kind stays unknown)
-            and not all(b.kind == "value" and isinstance(b.value, cst.Call) and _constructs_object(b.value.func) for b in bindings)
+            and not all(
+                b.kind == "value" and isinstance(b.value, cst.Call) and _constructs_object(b.value.func)
+                for b in bindings
+            )
             and not (name in owner.params and _literal_default(name, owner))  # `fmax_loss=None`: a setting
         ):
             return Kind.TENSOR
@@ -313,7 +581,8 @@ class TensorInference:
             return False
         order, _, loop = use
         return any(
-            binding.loop is loop and (binding.order >= order or self._contains.holds(binding.value, read))
+            binding.loop is loop
+            and (binding.order >= order or self._contains.holds(binding.value, read))
             and _moves_name(binding, read.value)
             for binding in bindings
         )
@@ -326,7 +595,9 @@ class TensorInference:
         if param is None:
             return False
         if param.annotation is not None:
-            return _NON_TENSOR_ANNOTATION.match(self.index.module.code_for_node(param.annotation.annotation)) is not None
+            return (
+                _NON_TENSOR_ANNOTATION.match(self.index.module.code_for_node(param.annotation.annotation)) is not None
+            )
         default = param.default
         if isinstance(default, cst.UnaryOperation):
             default = default.expression  # `-1`
@@ -400,7 +671,8 @@ class TensorInference:
         facts = self.steps.facts
         if facts is not None:
             kinds.extend(
-                Kind(kind) for qualname, param, kind in facts.argument_kinds
+                Kind(kind)
+                for qualname, param, kind in facts.argument_kinds
                 if qualname == function.qualname and param.isdigit() and int(param) >= named
             )
         return _merge(kinds)
@@ -414,7 +686,8 @@ class TensorInference:
         with self._names_not_guessed():  # (see shown_kind_at)
             kinds = [
                 self.kind(arg.value, site.scope, depth)
-                for site in function.call_sites[:8] for arg in site.call.args
+                for site in function.call_sites[:8]
+                for arg in site.call.args
                 if arg.keyword is not None and arg.keyword.value not in named
             ]
         return _merge(kinds + self._passed_elsewhere(STAR_KWARGS, function))
@@ -424,7 +697,11 @@ class TensorInference:
         facts = self.steps.facts
         if facts is None or not facts.argument_kinds:
             return []
-        return [Kind(kind) for qualname, param, kind in facts.argument_kinds if param == name and qualname == function.qualname]
+        return [
+            Kind(kind)
+            for qualname, param, kind in facts.argument_kinds
+            if param == name and qualname == function.qualname
+        ]
 
     def arguments_for(self, name: str, function) -> list[tuple[cst.BaseExpression | None, Scope]]:
         """The expression each of the module's call sites of `function` passes for parameter `name`
@@ -432,7 +709,8 @@ class TensorInference:
         return [
             # (a call that only hands the function over, `trainer.eval(evaluate, ...)`, passes it nothing)
             (
-                None if self.steps.calls_partial(site) or self.steps.hands_over(site, function)
+                None
+                if self.steps.calls_partial(site) or self.steps.hands_over(site, function)
                 else argument_for(function, name, site.call),
                 site.scope,
             )
@@ -457,7 +735,9 @@ class TensorInference:
         # block, or following `h = h.float()` in thirty `if`s would walk every path through them.
         last = None
         while block is not None:
-            last = max((b for b in earlier if b.block == block and b.kind != "augment"), key=lambda b: b.order, default=None)
+            last = max(
+                (b for b in earlier if b.block == block and b.kind != "augment"), key=lambda b: b.order, default=None
+            )
             if last is not None or self._reading is not None:
                 break
             block = self.index.block_parents.get(block)
@@ -501,7 +781,8 @@ class TensorInference:
         torch.from_numpy(mask)`, a read after the `if` sees the tensor, never the array."""
         # (`pred = pred.cpu()` is met before the read in its own value, and replaces nothing for it)
         replacing = [
-            b for b in bindings
+            b
+            for b in bindings
             if b.kind in ("value", "element", "with") and b.order < order and not self._contains.holds(b.value, read)
         ]
         if not replacing:
@@ -552,7 +833,11 @@ class TensorInference:
         arms_binding = {later.block for later in replacing if later.order > binding.order}
         for arm in arms_binding:
             chain = self.index.exhaustive_arms.get(arm)
-            if chain is not None and self.index.block_parents.get(arm) in blocks and all(a in arms_binding for a in chain):
+            if (
+                chain is not None
+                and self.index.block_parents.get(arm) in blocks
+                and all(a in arms_binding for a in chain)
+            ):
                 return True
         return False
 
@@ -614,9 +899,11 @@ class TensorInference:
             kind = self.kind(value, scope, depth)
             if kind is Kind.UNKNOWN and binding.kind == "value" and self._indexed_sample(value, binding.loop):
                 return Kind.HOST_TENSOR  # `data = dataset[i]` in a step loop over `range(len(dataset))`
-            if binding.kind == "value" and (
-                kind is Kind.UNKNOWN or (kind is Kind.NOT_TENSOR and next_of(value) is None)
-            ) and self._draws_batch(value, binding.loop):
+            if (
+                binding.kind == "value"
+                and (kind is Kind.UNKNOWN or (kind is Kind.NOT_TENSOR and next_of(value) is None))
+                and self._draws_batch(value, binding.loop)
+            ):
                 # `data = loader.get_batch("train")` in a step loop: the batch, on the host, whatever
                 # container holds it (a dict of arrays and tensors is "no tensor" as a whole). Not what
                 # `next(fetcher)` hands back when that says more: a fetcher may move the batch itself.
@@ -637,8 +924,10 @@ class TensorInference:
         if binding.kind == "loop":
             kind = self._loop_element_kind(value, scope, binding.position, depth)
             # (the loop's own target: a comprehension inside a step loop walks something else)
-            own_target = binding.loop is not None and isinstance(binding.loop.node, cst.For) and (
-                value is binding.loop.node.iter or self._contains.holds(binding.loop.node.iter, value)
+            own_target = (
+                binding.loop is not None
+                and isinstance(binding.loop.node, cst.For)
+                and (value is binding.loop.node.iter or self._contains.holds(binding.loop.node.iter, value))
             )
             if own_target and id(binding.loop) in self.steps.device_placed_loops():
                 return Kind.TENSOR  # the iterator put the batch on the device itself
@@ -727,15 +1016,22 @@ class TensorInference:
             return Kind.UNKNOWN
         written = [b for b in found[0] if b.kind == "value" and isinstance(b.value, (cst.List, cst.Tuple))]
         rebuilt = [
-            b for b in found[0] if b.kind == "value" and isinstance(b.value, (cst.ListComp, cst.GeneratorExp))
+            b
+            for b in found[0]
+            if b.kind == "value"
+            and isinstance(b.value, (cst.ListComp, cst.GeneratorExp))
             and self._contains.holds(b.value, iterable)
         ]
         if not written or len(written) + len(rebuilt) != len(found[0]):
             return Kind.UNKNOWN
-        return _merge([
-            self.kind(element.value, b.scope, depth + 1) for b in written for element in b.value.elements[:6]
-            if not isinstance(element, cst.StarredElement)
-        ])
+        return _merge(
+            [
+                self.kind(element.value, b.scope, depth + 1)
+                for b in written
+                for element in b.value.elements[:6]
+                if not isinstance(element, cst.StarredElement)
+            ]
+        )
 
     def _batch_part_on_host(self, iterable: cst.Name, scope: Scope, depth: int = 6) -> bool:
         """Is the name iterated here bound only by loops and unpacking to host tensors? A binding
@@ -793,7 +1089,11 @@ class TensorInference:
 
     def _kind_Subscript(self, expr: cst.Subscript, scope: Scope, depth: int) -> Kind:
         inner = self.kind(expr.value, scope, depth - 1)
-        if inner is not Kind.TENSOR and isinstance(expr.value, cst.Name) and self._moved_in_place(expr.value, scope, depth):
+        if (
+            inner is not Kind.TENSOR
+            and isinstance(expr.value, cst.Name)
+            and self._moved_in_place(expr.value, scope, depth)
+        ):
             return Kind.TENSOR  # `for key, val in meta.items(): meta[key] = val.cuda()` ... `meta["boxes"]`
         return inner if inner in (Kind.TENSOR, Kind.HOST_TENSOR) else Kind.UNKNOWN
 
@@ -803,17 +1103,18 @@ class TensorInference:
         found = scope.lookup(container.value)
         owner = found[1] if found is not None else None
         return any(
-            where is owner and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in ("cuda", "to") and self.kind(value, where, depth + 1) is Kind.TENSOR
+            where is owner
+            and isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("cuda", "to")
+            and self.kind(value, where, depth + 1) is Kind.TENSOR
             for value, where in self.index.element_writes.get(container.value, ())
         )
 
     # --- operators -----------------------------------------------------------------------------
 
     def _kind_BinaryOperation(self, expr: cst.BinaryOperation, scope: Scope, depth: int) -> Kind:
-        if isinstance(expr.operator, cst.Modulo) and isinstance(
-            expr.left, (cst.SimpleString, cst.ConcatenatedString)
-        ):
+        if isinstance(expr.operator, cst.Modulo) and isinstance(expr.left, (cst.SimpleString, cst.ConcatenatedString)):
             return Kind.NOT_TENSOR  # "%.3f" % x is a string
         return _merge([self.kind(expr.left, scope, depth), self.kind(expr.right, scope, depth)])
 
@@ -826,7 +1127,9 @@ class TensorInference:
         if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
             return Kind.NOT_TENSOR
         operands = [expr.left, *(c.comparator for c in expr.comparisons)]
-        if any(isinstance(operand, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)) for operand in operands):
+        if any(
+            isinstance(operand, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)) for operand in operands
+        ):
             return Kind.NOT_TENSOR  # `mode == "train"`: tensors are never compared with strings
         return _merge([self.kind(operand, scope, depth) for operand in operands])
 
@@ -848,8 +1151,10 @@ class TensorInference:
         functions = self.steps.resolve(site)
         if functions:
             returned = self._local_returns(functions, depth)
-            if returned is not None and (Kind.TENSOR in returned or Kind.UNKNOWN in returned) and self._host_in_host_out(
-                call, functions, scope, depth
+            if (
+                returned is not None
+                and (Kind.TENSOR in returned or Kind.UNKNOWN in returned)
+                and self._host_in_host_out(call, functions, scope, depth)
             ):
                 # `coords = get_preds(score_map.cpu())`, `weights = cubic(distance)`: this call hands it host
                 # tensors only, and it moves nothing to the device itself, so what it returns is on the
@@ -897,7 +1202,13 @@ class TensorInference:
             return func.value in _PY_NON_TENSOR_CALLS or func.value in ("max", "min", "zip", "enumerate", "sum")
         if isinstance(func, cst.Attribute):
             method = func.attr.value
-            return (method in _TENSOR_METHODS or method in _SHAPE_METHODS) and method not in ("to", "cuda", "type", "type_as", "new")
+            return (method in _TENSOR_METHODS or method in _SHAPE_METHODS) and method not in (
+                "to",
+                "cuda",
+                "type",
+                "type_as",
+                "new",
+            )
         return False
 
     def _local_returns(self, functions, depth: int) -> tuple[Kind, ...] | None:
@@ -1002,7 +1313,11 @@ class TensorInference:
         if isinstance(expr, cst.Name) and depth < 2:
             found = scope.lookup(expr.value)
             values = [b.value for b in found[0] if b.kind == "value"] if found else []
-            return bool(values) and len(values) == len(found[0]) and all(self._is_dtype(v, scope, depth + 1) for v in values)
+            return (
+                bool(values)
+                and len(values) == len(found[0])
+                and all(self._is_dtype(v, scope, depth + 1) for v in values)
+            )
         return False
 
     def _library_call_kind(self, qualified: str, call: cst.Call, scope: Scope, depth: int) -> Kind:
@@ -1078,7 +1393,12 @@ def _is_shape(expr: cst.BaseExpression) -> bool:
         expr = expr.value
     if isinstance(expr, cst.Attribute):
         return expr.attr.value == "shape"
-    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and not expr.args
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "size"
+        and not expr.args
+    )
 
 
 # Helpers that move the tensors handed to them to the device: XLM's `to_cuda(*args)`, `to_device(batch, device)`.
@@ -1090,7 +1410,9 @@ def _moves_name(binding: Binding, name: str) -> bool:
     `name = name.to(device)`, which moves models as often as tensors.)"""
     value = binding.value
     return (
-        binding.kind == "element" and isinstance(value, cst.Call) and _MOVER.match(terminal_name(value.func) or "") is not None
+        binding.kind == "element"
+        and isinstance(value, cst.Call)
+        and _MOVER.match(terminal_name(value.func) or "") is not None
         and any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in value.args)
     )
 

@@ -13,12 +13,39 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-_PUNCTUATION_FIELDS = frozenset({
-    "lpar", "rpar", "leading_lines", "lines_after_decorators", "header", "footer", "comma", "semicolon",
-    "newline", "trailing_whitespace", "operator", "equal", "colon", "dot", "asynchronous", "lbracket",
-    "rbracket", "lbrace", "rbrace", "first_line", "empty_lines", "indent", "star", "whitespace",
-    "prefix", "between", "arrow", "default_comma", "semicolons",
-})
+_PUNCTUATION_FIELDS = frozenset(
+    {
+        "lpar",
+        "rpar",
+        "leading_lines",
+        "lines_after_decorators",
+        "header",
+        "footer",
+        "comma",
+        "semicolon",
+        "newline",
+        "trailing_whitespace",
+        "operator",
+        "equal",
+        "colon",
+        "dot",
+        "asynchronous",
+        "lbracket",
+        "rbracket",
+        "lbrace",
+        "rbrace",
+        "first_line",
+        "empty_lines",
+        "indent",
+        "star",
+        "whitespace",
+        "prefix",
+        "between",
+        "arrow",
+        "default_comma",
+        "semicolons",
+    }
+)
 _fields_cache: dict[type, tuple[str, ...]] = {}
 # type -> is it a node type. `isinstance(value, cst.CSTNode)` goes through ABCMeta's Python-level
 # __instancecheck__ (CSTNode is an ABC) on every field of every node: a dict lookup is cheaper.

@@ -11,7 +11,7 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -19,27 +19,34 @@ from rich.table import Table
 from rich.text import Text
 
 from loopaudit import __version__
+from loopaudit.commands.dynamic import analyze, run
+from loopaudit.commands.progress import ScanProgress
+from loopaudit.commands.shared import (
+    EXIT_CLEAN,
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    OutputFormat,
+    PlainHelpCommand,
+    build_settings,
+    usage_error,
+)
+from loopaudit.configuration.config_file import ConfigError
 from loopaudit.configuration.discovery import MissingPath, SourceFile, discover
-from loopaudit.rule_api.docs import rule_markdown
+from loopaudit.configuration.project_context import context_files
 from loopaudit.findings.baseline import BaselineError, new_findings
-from loopaudit.scan.cache import ENVIRONMENT_VARIABLE, FOLDER_NAME, ResultCache, default_folder
 from loopaudit.findings.baseline import load as load_baseline
 from loopaudit.findings.baseline import write as write_baseline_file
-from loopaudit.configuration.config_file import ConfigError
 from loopaudit.findings.finding import Finding
-from loopaudit.scan.fixing import applicable, fix_file
-from loopaudit.commands.progress import ScanProgress
 from loopaudit.findings.since import SinceError, changed_lines, on_changed_lines
+from loopaudit.reporting import FORMATS
+from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
+from loopaudit.rule_api.docs import rule_markdown
+from loopaudit.rule_api.registry import all_rules, rule_by_code
+from loopaudit.scan.cache import ENVIRONMENT_VARIABLE, FOLDER_NAME, ResultCache, default_folder
 from loopaudit.scan.collector import own_collector
 from loopaudit.scan.engine import ScanResult, analyze_many, analyze_stdin
-from loopaudit.configuration.project_context import context_files
-from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
-from loopaudit.commands.shared import (
-    EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, OutputFormat, PlainHelpCommand, build_settings, usage_error,
-)
-from loopaudit.commands.dynamic import analyze, run
-from loopaudit.rule_api.registry import all_rules, rule_by_code
-from loopaudit.reporting import FORMATS
+from loopaudit.scan.fixing import applicable, fix_file
 
 app = typer.Typer(
     add_completion=False,
@@ -68,28 +75,94 @@ def _root(
 
 @app.command(cls=PlainHelpCommand, short_help="Find what keeps the GPU idle in training scripts, without running them.")
 def scan(
-    paths: Annotated[Optional[list[str]], typer.Argument(help="Files or folders; `-` reads stdin. Default: the current folder.")] = None,
-    output_format: Annotated[Optional[OutputFormat], typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit (default: the configuration's, else full).", show_default=False)] = None,
-    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (LA1, LA101); comma-separated or repeated. Replaces the configuration's select.")] = None,
-    extend_select: Annotated[Optional[list[str]], typer.Option("--extend-select", help="Add these rule codes or prefixes to the selection.")] = None,
-    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes (added to the configuration's).")] = None,
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Files or folders; `-` reads stdin. Default: the current folder.")
+    ] = None,
+    output_format: Annotated[
+        OutputFormat | None,
+        typer.Option(
+            "--output-format",
+            help="full, concise, json, github, sarif, gitlab or junit (default: the configuration's, else full).",
+            show_default=False,
+        ),
+    ] = None,
+    select: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Only these rule codes or prefixes (LA1, LA101); comma-separated or repeated. Replaces the configuration's select."
+        ),
+    ] = None,
+    extend_select: Annotated[
+        list[str] | None, typer.Option("--extend-select", help="Add these rule codes or prefixes to the selection.")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option(help="Skip these rule codes or prefixes (added to the configuration's).")
+    ] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
-    statistics: Annotated[bool, typer.Option("--statistics", help="Print how many findings each rule has instead of the findings.")] = False,
-    stdin_filename: Annotated[Optional[str], typer.Option(help="The name to report for source read from stdin.")] = None,
+    statistics: Annotated[
+        bool, typer.Option("--statistics", help="Print how many findings each rule has instead of the findings.")
+    ] = False,
+    stdin_filename: Annotated[str | None, typer.Option(help="The name to report for source read from stdin.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=0, help="Worker processes (0: one per CPU).")] = 0,
-    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off (default: when writing to a terminal).")] = None,
-    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file for every file (pyproject.toml or loopaudit.toml).")] = None,
+    color: Annotated[
+        bool | None,
+        typer.Option("--color/--no-color", help="Force colour on or off (default: when writing to a terminal)."),
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", help="Use this configuration file for every file (pyproject.toml or loopaudit.toml)."),
+    ] = None,
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
-    force_exclude: Annotated[bool, typer.Option("--force-exclude", help="Apply exclude/extend-exclude to files named on the command line too (for pre-commit, which names every file).")] = False,
-    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Report only findings that are not in this baseline file.")] = None,
-    write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in this file (for --baseline) and exit 0.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Report only findings on lines changed since this git revision (e.g. origin/main).")] = None,
+    force_exclude: Annotated[
+        bool,
+        typer.Option(
+            "--force-exclude",
+            help="Apply exclude/extend-exclude to files named on the command line too (for pre-commit, which names every file).",
+        ),
+    ] = False,
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Report only findings that are not in this baseline file.")
+    ] = None,
+    write_baseline: Annotated[
+        str | None,
+        typer.Option("--write-baseline", help="Record today's findings in this file (for --baseline) and exit 0."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Report only findings on lines changed since this git revision (e.g. origin/main)."
+        ),
+    ] = None,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the safe fixes to the files.")] = False,
-    unsafe_fixes: Annotated[bool, typer.Option("--unsafe-fixes", help="With --fix or --diff: also apply fixes that change behaviour (each rule's docs say which).")] = False,
-    diff: Annotated[bool, typer.Option("--diff", help="Print the fixes as a unified diff and write nothing (exit 1 when there is one).")] = False,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache of earlier results.")] = False,
-    no_project: Annotated[bool, typer.Option("--no-project", help="Analyse files named on the command line on their own, not inside the project they lie in.")] = False,
-    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help=f"Keep the cache here (default: ${ENVIRONMENT_VARIABLE}, else {FOLDER_NAME} at the project root).", show_default=False)] = None,
+    unsafe_fixes: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-fixes",
+            help="With --fix or --diff: also apply fixes that change behaviour (each rule's docs say which).",
+        ),
+    ] = False,
+    diff: Annotated[
+        bool,
+        typer.Option("--diff", help="Print the fixes as a unified diff and write nothing (exit 1 when there is one)."),
+    ] = False,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Neither read nor write the cache of earlier results.")
+    ] = False,
+    no_project: Annotated[
+        bool,
+        typer.Option(
+            "--no-project",
+            help="Analyse files named on the command line on their own, not inside the project they lie in.",
+        ),
+    ] = False,
+    cache_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--cache-dir",
+            help=f"Keep the cache here (default: ${ENVIRONMENT_VARIABLE}, else {FOLDER_NAME} at the project root).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Scan training scripts for what keeps the GPU idle once per step.
 
@@ -109,11 +182,17 @@ def scan(
     try:
         known = load_baseline(Path(baseline)) if baseline else None
     except BaselineError as error:
-        raise usage_error(str(error))
+        raise usage_error(str(error)) from None
     try:
         # A bar only for the human-readable formats on a terminal (it goes to stderr, and away at the end).
-        show_progress = sys.stdout.isatty() and sys.stderr.isatty() and OutputFormat(settings.output_format(Path.cwd())) in (
-            OutputFormat.full, OutputFormat.concise,
+        show_progress = (
+            sys.stdout.isatty()
+            and sys.stderr.isatty()
+            and OutputFormat(settings.output_format(Path.cwd()))
+            in (
+                OutputFormat.full,
+                OutputFormat.concise,
+            )
         )
         with ScanProgress("scanning", show_progress) as progress:
             cache = None if no_cache or paths == ["-"] else _open_cache(cache_dir, settings)
@@ -123,7 +202,7 @@ def scan(
             results.findings, fixes = _fix_files(results, files, settings, unsafe_fixes, write=not diff)
         chosen_format = OutputFormat(settings.output_format(Path.cwd()))
     except ConfigError as error:
-        raise usage_error(str(error))
+        raise usage_error(str(error)) from None
     findings, problems = results.findings, results.problems
     for problem in problems:
         typer.echo(f"loopaudit: internal error: {terminal_ready(problem)} (please report this)", err=True)
@@ -134,8 +213,11 @@ def scan(
         try:
             write_baseline_file(Path(write_baseline), findings)
         except (BaselineError, OSError) as error:
-            raise usage_error(str(error))
-        typer.echo(f"Wrote a baseline of {len(findings)} finding{'s' if len(findings) != 1 else ''} to {write_baseline}.", err=True)
+            raise usage_error(str(error)) from None
+        typer.echo(
+            f"Wrote a baseline of {len(findings)} finding{'s' if len(findings) != 1 else ''} to {write_baseline}.",
+            err=True,
+        )
         raise typer.Exit(failed or EXIT_CLEAN)
     findings, hidden = _narrow(findings, since, known)
 
@@ -164,7 +246,13 @@ def _open_cache(cache_dir: str | None, settings) -> ResultCache | None:
 
 
 def _scan(
-    paths: list[str], stdin_filename: str | None, settings, jobs: int, force_exclude: bool, progress=None, cache=None,
+    paths: list[str],
+    stdin_filename: str | None,
+    settings,
+    jobs: int,
+    force_exclude: bool,
+    progress=None,
+    cache=None,
     alone: bool = False,
 ):
     """The scan's results and the files it read (one pseudo-file for stdin)."""
@@ -176,7 +264,7 @@ def _scan(
     try:
         found = discover(paths, skipped=skipped)
     except MissingPath as missing:
-        raise usage_error(f"no such file or folder: {missing}")
+        raise usage_error(f"no such file or folder: {missing}") from None
     files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
     _say_skipped([(path, why) for path, why in skipped if not settings.excluded(Path(path))])
     workers = jobs or os.cpu_count() or 1
@@ -216,7 +304,7 @@ def _narrow(findings, since: str | None, known: frozenset[str] | None):
         try:
             changes = changed_lines(since)
         except SinceError as error:
-            raise usage_error(str(error))
+            raise usage_error(str(error)) from None
         kept = on_changed_lines(findings, changes)
         hidden.append(f"{len(findings) - len(kept)} on lines unchanged since {since}")
         findings = kept
@@ -233,14 +321,20 @@ def _print_diffs(fixes) -> int:
         out.write(changed.diff)
     count = sum(changed.fixed for changed in fixes)
     files = sum(1 for changed in fixes if changed.changed)
-    typer.echo(f"Would fix {count} finding{'s' if count != 1 else ''} in {files} file{'s' if files != 1 else ''}.", err=True)
+    typer.echo(
+        f"Would fix {count} finding{'s' if count != 1 else ''} in {files} file{'s' if files != 1 else ''}.", err=True
+    )
     return EXIT_FINDINGS if count else EXIT_CLEAN
 
 
-@app.command("config", cls=PlainHelpCommand, short_help="Print the configuration that applies to a path, and where each setting comes from.")
+@app.command(
+    "config",
+    cls=PlainHelpCommand,
+    short_help="Print the configuration that applies to a path, and where each setting comes from.",
+)
 def show_config(
     path: Annotated[str, typer.Argument(help="The file or folder whose configuration to show.")] = ".",
-    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="Use this configuration file.")] = None,
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
     output_format: Annotated[str, typer.Option("--output-format", help="text or json.")] = "text",
 ) -> None:
@@ -254,10 +348,13 @@ def show_config(
     try:
         found = settings.finder.for_folder(target if target.is_dir() else target.resolve().parent)
     except ConfigError as error:
-        raise usage_error(str(error))
+        raise usage_error(str(error)) from None
     effective = settings.effective(found)
     if output_format == "json":
-        data = {"file": str(found.path) if found.path else None, "settings": {k: {"value": v, "from": src} for k, (v, src) in effective.items()}}
+        data = {
+            "file": str(found.path) if found.path else None,
+            "settings": {k: {"value": v, "from": src} for k, (v, src) in effective.items()},
+        }
         typer.echo(json.dumps(data, indent=2))
         return
     typer.echo(f"Configuration for {path}: {found.table if found.path else 'no configuration file (defaults)'}")
@@ -272,7 +369,9 @@ def _print_summary(findings, scanned: int, hidden: list[str]) -> None:
     not_shown = f"; not shown: {', '.join(hidden)}" if hidden else ""
     if findings:
         noun = "finding" if len(findings) == 1 else "findings"
-        typer.echo(f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned{not_shown}).")
+        typer.echo(
+            f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned{not_shown})."
+        )
     else:
         typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned{not_shown}).")
 
@@ -286,7 +385,9 @@ def _fix_files(results, files, settings, unsafe: bool, write: bool):
     for display in sorted(fixable):
         source = by_display[display]
         options = settings.options_for(source.path)
-        fixed.append(fix_file(source.path, display, options, unsafe=unsafe, write=write, facts=results.facts.get(display)))
+        fixed.append(
+            fix_file(source.path, display, options, unsafe=unsafe, write=write, facts=results.facts.get(display))
+        )
     for result in fixed:
         if result.problem:
             typer.echo(f"loopaudit: {terminal_ready(result.display)}: {result.problem}", err=True)
@@ -360,8 +461,14 @@ def show_rule(code: Annotated[str, typer.Argument(help="A rule code, e.g. LA101,
         typer.echo(rule_markdown(rule))  # piped: the Markdown itself, not a rendering padded to the width
 
 
-app.command("run", cls=PlainHelpCommand, short_help="Run a training script for a few steps and measure its step time, data waits and syncs.")(run)
-app.command("analyze", cls=PlainHelpCommand, short_help="Read a torch.profiler trace: step time, data waits, GPU idle time.")(analyze)
+app.command(
+    "run",
+    cls=PlainHelpCommand,
+    short_help="Run a training script for a few steps and measure its step time, data waits and syncs.",
+)(run)
+app.command(
+    "analyze", cls=PlainHelpCommand, short_help="Read a torch.profiler trace: step time, data waits, GPU idle time."
+)(analyze)
 
 
 def main() -> None:

@@ -11,18 +11,18 @@ import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from loopaudit.commands.shared import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, OutputFormat, build_settings, usage_error
 from loopaudit.configuration.config_file import ConfigError
-from loopaudit.scan.engine import ScanOptions, analyze_path
 from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
-from loopaudit.rule_api.registry import static_rules
 from loopaudit.reporting import FORMATS
+from loopaudit.rule_api.registry import static_rules
 from loopaudit.rule_api.rule import RuntimeRule
+from loopaudit.scan.engine import ScanOptions, analyze_path
 
 
 def _split(rules) -> tuple[tuple[type[RuntimeRule], ...], frozenset[str]]:
@@ -48,20 +48,48 @@ def _default_trace_path(script: Path) -> str:
 
 
 def run(
-    script: Annotated[str, typer.Argument(help="The training script, run as `python SCRIPT ARGS...` runs it.", show_default=False)],
-    script_args: Annotated[Optional[list[str]], typer.Argument(help="The script's own arguments, after `--`.", show_default=False)] = None,
-    profile: Annotated[bool, typer.Option("--profile", help="Also record torch.profiler over the measured steps and write the trace.")] = False,
+    script: Annotated[
+        str, typer.Argument(help="The training script, run as `python SCRIPT ARGS...` runs it.", show_default=False)
+    ],
+    script_args: Annotated[
+        list[str] | None, typer.Argument(help="The script's own arguments, after `--`.", show_default=False)
+    ] = None,
+    profile: Annotated[
+        bool, typer.Option("--profile", help="Also record torch.profiler over the measured steps and write the trace.")
+    ] = False,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Steps to measure.")] = 20,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Steps to let run before measuring (start-up, caches, lazy init).")] = 5,
-    stop: Annotated[bool, typer.Option("--stop/--no-stop", help="Stop the script once the steps are measured, or let it finish.")] = True,
-    trace_out: Annotated[Optional[str], typer.Option("--trace-out", help="Where to write the trace (implies --profile). Default: SCRIPT.pt.trace.json here.")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", min=0, help="Stop the script this many seconds after it starts (importing torch not counted), and report what was measured.")] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")] = OutputFormat.full,
-    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes (static and runtime).")] = None,
-    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
-    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (not when the script fails).")] = False,
-    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
-    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    warmup: Annotated[
+        int, typer.Option("--warmup", min=0, help="Steps to let run before measuring (start-up, caches, lazy init).")
+    ] = 5,
+    stop: Annotated[
+        bool, typer.Option("--stop/--no-stop", help="Stop the script once the steps are measured, or let it finish.")
+    ] = True,
+    trace_out: Annotated[
+        str | None,
+        typer.Option(
+            "--trace-out", help="Where to write the trace (implies --profile). Default: SCRIPT.pt.trace.json here."
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0,
+            help="Stop the script this many seconds after it starts (importing torch not counted), and report what was measured.",
+        ),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")
+    ] = OutputFormat.full,
+    select: Annotated[
+        list[str] | None, typer.Option(help="Only these rule codes or prefixes (static and runtime).")
+    ] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings (not when the script fails).")
+    ] = False,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="Use this configuration file.")] = None,
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
 ) -> None:
     """Run a training script for a few steps and measure its step time, data waits and syncs.
@@ -99,7 +127,7 @@ def run(
         # device setting apply.
         options = replace(settings.options_for(path), rules=static_rules())
     except ConfigError as error:
-        raise usage_error(str(error))
+        raise usage_error(str(error)) from None
     if not torch_is_installed():
         raise usage_error("`loopaudit run` needs torch in this environment: pip install 'loopaudit[profile]'")
 
@@ -125,20 +153,34 @@ def run(
     outcome = run_script(request, scan_while_it_runs)
     report = outcome.report
     # A timeout or a signal to loopaudit is loopaudit's (or the user's) doing, not the script failing.
-    script_failed = outcome.status != 0 and not outcome.timed_out and not outcome.interrupted and not (report and report.stopped)
+    script_failed = (
+        outcome.status != 0 and not outcome.timed_out and not outcome.interrupted and not (report and report.stopped)
+    )
     if outcome.interrupted and not (report and report.steps):
         raise _end(f"{_stopped_by(outcome.signal)} before any step was measured", 128 + outcome.signal)
     if report is None and outcome.timed_out:
-        raise _end(f"--timeout {timeout:g}s passed and the script had to be killed before it handed over its measurements", EXIT_ERROR)
+        raise _end(
+            f"--timeout {timeout:g}s passed and the script had to be killed before it handed over its measurements",
+            EXIT_ERROR,
+        )
     if report is None:
-        raise _end(f"the script ended (exit status {outcome.status}) before loopaudit could write its measurements", outcome.status or EXIT_ERROR)
+        raise _end(
+            f"the script ended (exit status {outcome.status}) before loopaudit could write its measurements",
+            outcome.status or EXIT_ERROR,
+        )
     if report.error:
         raise usage_error(report.error)
     if not report.steps:
         if outcome.timed_out:
-            raise _end(f"--timeout {timeout:g}s passed before any step was measured ({steps_phrase(report.steps_seen)} seen)", EXIT_ERROR)
+            raise _end(
+                f"--timeout {timeout:g}s passed before any step was measured ({steps_phrase(report.steps_seen)} seen)",
+                EXIT_ERROR,
+            )
         if script_failed:
-            raise _end(f"the script ended with exit status {outcome.status} before any step was measured (its own output is above)", outcome.status)
+            raise _end(
+                f"the script ended with exit status {outcome.status} before any step was measured (its own output is above)",
+                outcome.status,
+            )
         raise _end(_why_nothing_was_measured(report.steps_seen, warmup), EXIT_ERROR)
 
     trace = _window_trace(report.trace)
@@ -149,8 +191,11 @@ def run(
     headline, notes = _describe_run(report, outcome, script_failed, display_path(script_path))
     if output_format is OutputFormat.json:
         status = {
-            "exit_status": outcome.status, "stopped": report.stopped, "window_complete": report.window_complete,
-            "timed_out": outcome.timed_out, "interrupted_by": signal.Signals(outcome.signal).name if outcome.interrupted else None,
+            "exit_status": outcome.status,
+            "stopped": report.stopped,
+            "window_complete": report.window_complete,
+            "timed_out": outcome.timed_out,
+            "interrupted_by": signal.Signals(outcome.signal).name if outcome.interrupted else None,
         }
         document = measured_json.run_document(audit, breakdown, display_path(script_path), request.args, status)
         measured_json.write(document, sys.stdout)
@@ -240,13 +285,17 @@ class _PhaseNotes:
 
 
 def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[str, list[str]]:
-    unit = "optimizer steps" if report.step_kind == "optimizer" else "batches (no optimizer stepped: one step per batch)"
+    unit = (
+        "optimizer steps" if report.step_kind == "optimizer" else "batches (no optimizer stepped: one step per batch)"
+    )
     headline = f"loopaudit run: {script} on {report.device} (torch {report.torch_version})"
     notes = [f"{len(report.steps)} {unit} measured after {steps_phrase(report.warmup, 'warm-up')}."]
     if len(report.steps) == 1:
         notes[0] = notes[0].replace("optimizer steps", "optimizer step").replace("batches (", "batch (")
     if report.startup_excluded:
-        notes.append("Step 1 ran from the script's start (imports, building the model, no batch fetched first): it is left out.")
+        notes.append(
+            "Step 1 ran from the script's start (imports, building the model, no batch fetched first): it is left out."
+        )
     if report.stopped:
         notes.append("The script was stopped after them (--no-stop lets it finish).")
     if outcome.timed_out:
@@ -257,20 +306,28 @@ def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[st
     elif not report.window_complete:
         notes.append(f"The script ended before the {report.window} steps asked for: the measurement covers fewer.")
     if script_failed:
-        notes.append(f"The script ended with exit status {outcome.status}; its own output (a traceback, if it raised) is above.")
+        notes.append(
+            f"The script ended with exit status {outcome.status}; its own output (a traceback, if it raised) is above."
+        )
     if report.trace:
-        notes.append(f"Trace of the measured steps: {report.trace} (open it in https://ui.perfetto.dev or TensorBoard).")
+        notes.append(
+            f"Trace of the measured steps: {report.trace} (open it in https://ui.perfetto.dev or TensorBoard)."
+        )
     return headline, notes
 
 
 def analyze(
-    trace: Annotated[str, typer.Argument(help="A torch.profiler (kineto) trace: .json or .json.gz.", show_default=False)],
-    output_format: Annotated[OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")] = OutputFormat.full,
-    select: Annotated[Optional[list[str]], typer.Option(help="Only these rule codes or prefixes.")] = None,
-    ignore: Annotated[Optional[list[str]], typer.Option(help="Skip these rule codes or prefixes.")] = None,
+    trace: Annotated[
+        str, typer.Argument(help="A torch.profiler (kineto) trace: .json or .json.gz.", show_default=False)
+    ],
+    output_format: Annotated[
+        OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")
+    ] = OutputFormat.full,
+    select: Annotated[list[str] | None, typer.Option(help="Only these rule codes or prefixes.")] = None,
+    ignore: Annotated[list[str] | None, typer.Option(help="Skip these rule codes or prefixes.")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
-    color: Annotated[Optional[bool], typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
-    config: Annotated[Optional[str], typer.Option("--config", help="Use this configuration file.")] = None,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="Use this configuration file.")] = None,
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
 ) -> None:
     """Analyse a profiler trace someone already recorded: step breakdown, DataLoader share, syncs,
@@ -286,7 +343,7 @@ def analyze(
         runtime_rules, _ = _split(settings.rules_for(Path(trace)))
         analysis = analyze_trace(load_trace(trace))
     except (ConfigError, TraceError) as error:
-        raise usage_error(str(error))
+        raise usage_error(str(error)) from None
     findings = audit_trace(analysis, runtime_rules)
     breakdown = from_trace(analysis)
     if output_format is OutputFormat.json:
@@ -296,4 +353,3 @@ def analyze(
     else:
         FORMATS[output_format.value](findings, sys.stdout, _color(color))
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
-

@@ -38,8 +38,12 @@ class ScanProgress:
             if time.monotonic() - self._started < DELAY_SECONDS:
                 return
             self._bar = Progress(
-                TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=Console(stderr=True), transient=True,
+                TextColumn(self.label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
             )
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=total)

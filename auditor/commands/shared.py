@@ -11,8 +11,8 @@ import typer
 from typer.core import TyperCommand
 
 from loopaudit.configuration.config_file import ConfigError, ConfigFinder
-from loopaudit.rule_api.registry import describe_unknown, unknown_codes
 from loopaudit.configuration.settings import CommandLine, Settings
+from loopaudit.rule_api.registry import describe_unknown, unknown_codes
 
 # As ruff's: 0 nothing found, 1 findings, 2 a usage error, a missing path or an internal error.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -63,7 +63,7 @@ def build_settings(select, extend_select, ignore, output_format, config: str | N
     try:
         return Settings(ConfigFinder(Path(config) if config else None, isolated), command_line)
     except ConfigError as error:
-        raise usage_error(str(error))
+        raise usage_error(str(error)) from None
 
 
 class PlainHelpCommand(TyperCommand):

@@ -72,7 +72,9 @@ class FileConfig:
 
     def ignored_codes(self, file: Path) -> list[str]:
         """The codes `per-file-ignores` drops for `file`."""
-        return [code for spec, codes in self._per_file_specs for code in codes if _matches(spec, self.root, file, False)]
+        return [
+            code for spec, codes in self._per_file_specs for code in codes if _matches(spec, self.root, file, False)
+        ]
 
     @property
     def _exclude_spec(self) -> pathspec.PathSpec | None:
@@ -109,7 +111,9 @@ def load(path: Path) -> FileConfig | None:
     except RecursionError:  # tomllib recurses once per nested array or table
         raise ConfigError(path, None, "not valid TOML: it nests too deeply to read") from None
     except UnicodeDecodeError as error:
-        raise ConfigError(path, None, f"not UTF-8 text, as TOML must be (byte {error.start} cannot be decoded)") from None
+        raise ConfigError(
+            path, None, f"not UTF-8 text, as TOML must be (byte {error.start} cannot be decoded)"
+        ) from None
     except OSError as error:
         raise ConfigError(path, None, f"cannot read it: {error.strerror or error}") from None
     if path.name == "pyproject.toml":
@@ -119,7 +123,9 @@ def load(path: Path) -> FileConfig | None:
         prefix = "[tool.loopaudit] "
     else:
         # A standalone file may hold the keys at the top, or under [tool.loopaudit] like pyproject.
-        table = document.get("tool", {}).get("loopaudit", document) if isinstance(document.get("tool"), dict) else document
+        table = (
+            document.get("tool", {}).get("loopaudit", document) if isinstance(document.get("tool"), dict) else document
+        )
         prefix = ""
     if not isinstance(table, dict):
         raise ConfigError(path, "[tool.loopaudit]", "must be a table")
@@ -235,4 +241,3 @@ class ConfigFinder:
             found = self.for_folder(folder.parent) if folder.parent != folder else self._defaults
         self._by_folder[folder] = found
         return found
-

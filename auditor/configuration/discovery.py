@@ -20,11 +20,30 @@ from pathlib import Path
 
 import pathspec
 
-SKIPPED_FOLDERS = frozenset({
-    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".venv", "venv", ".tox", ".nox", ".eggs",
-    ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "build", "dist",
-    "node_modules", "site-packages", "__pypackages__", ".direnv",
-})
+SKIPPED_FOLDERS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".eggs",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+        "build",
+        "dist",
+        "node_modules",
+        "site-packages",
+        "__pypackages__",
+        ".direnv",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +57,9 @@ class MissingPath(Exception):
     pass
 
 
-def discover(paths: list[str], cwd: Path | None = None, skipped: list[tuple[str, str]] | None = None) -> list[SourceFile]:
+def discover(
+    paths: list[str], cwd: Path | None = None, skipped: list[tuple[str, str]] | None = None
+) -> list[SourceFile]:
     """The files to scan, by display name. `skipped` receives (path, why) for each entry of a walked
     folder that was passed over for what it is rather than by choice (not a regular file, unreadable)."""
     cwd = str((cwd or Path.cwd()).resolve())
@@ -61,7 +82,7 @@ def discover(paths: list[str], cwd: Path | None = None, skipped: list[tuple[str,
 def _display(path: Path, absolute: str, cwd: str) -> str:
     """The path from the current folder when the file is under it, else as given."""
     inside = cwd if cwd.endswith(os.sep) else cwd + os.sep
-    return absolute[len(inside):] if absolute.startswith(inside) else str(path)
+    return absolute[len(inside) :] if absolute.startswith(inside) else str(path)
 
 
 def _is_virtualenv(folder: Path) -> bool:
@@ -120,7 +141,15 @@ def _not_a_file(path: Path) -> str | None:
         return error.strerror or str(error)
     if stat.S_ISREG(mode):
         return None
-    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    kind = (
+        "a folder"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+    )
     return f"not a regular file: {kind}"
 
 
@@ -164,7 +193,9 @@ def _ignores_above(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     return chain
 
 
-def _ignored(path: Path, specs: list[tuple[Path, pathspec.PathSpec]], *, is_dir: bool, absolute: str | None = None) -> bool:
+def _ignored(
+    path: Path, specs: list[tuple[Path, pathspec.PathSpec]], *, is_dir: bool, absolute: str | None = None
+) -> bool:
     if not specs:
         return False
     absolute = Path(absolute) if absolute is not None else path.resolve()

@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from loopaudit.configuration.discovery import SourceFile, discover
 from loopaudit.analysis.layout import REPOSITORY_MARKERS, ProjectLayout
+from loopaudit.configuration.discovery import SourceFile, discover
 
 # A project with more Python files than this is not analysed as context: a cold scan of it would
 # cost a pre-commit run tens of seconds.
@@ -53,8 +53,7 @@ def context_files(paths: list[str], named: list[SourceFile], excluded: Callable[
         return []
     taken = {os.path.abspath(file.path) for file in named}
     found = [
-        file for file in discover([root])
-        if os.path.abspath(file.path) not in taken and not excluded(Path(file.path))
+        file for file in discover([root]) if os.path.abspath(file.path) not in taken and not excluded(Path(file.path))
     ]
     if len(found) > MAX_CONTEXT_FILES:
         return []
@@ -63,4 +62,8 @@ def context_files(paths: list[str], named: list[SourceFile], excluded: Callable[
     layout = ProjectLayout([*taken, *(os.path.abspath(file.path) for file in found)])
     if all(layout.is_library(path) for path in taken):
         return []
-    return [SourceFile(file.path, file.display, False) for file in found if not layout.is_library(os.path.abspath(file.path))]
+    return [
+        SourceFile(file.path, file.display, False)
+        for file in found
+        if not layout.is_library(os.path.abspath(file.path))
+    ]

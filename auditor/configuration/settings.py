@@ -14,17 +14,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopaudit.configuration.config_file import ConfigFinder, FileConfig
-from loopaudit.scan.engine import ScanOptions
 from loopaudit.rule_api.registry import select_rules
 from loopaudit.rule_api.rule import Rule, RuntimeRule
+from loopaudit.scan.engine import ScanOptions
 
 KEYS = (
-    "select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
-    "output-format", "step-methods", "periodic-names", "device",
+    "select",
+    "extend-select",
+    "ignore",
+    "per-file-ignores",
+    "exclude",
+    "extend-exclude",
+    "output-format",
+    "step-methods",
+    "periodic-names",
+    "device",
 )
 DEFAULTS = {
-    "select": None, "extend-select": [], "ignore": [], "per-file-ignores": {}, "exclude": [],
-    "extend-exclude": [], "output-format": "full", "step-methods": [], "periodic-names": [], "device": "auto",
+    "select": None,
+    "extend-select": [],
+    "ignore": [],
+    "per-file-ignores": {},
+    "exclude": [],
+    "extend-exclude": [],
+    "output-format": "full",
+    "step-methods": [],
+    "periodic-names": [],
+    "device": "auto",
 }
 
 
@@ -47,7 +63,9 @@ class Settings:
     def effective(self, config: FileConfig) -> dict[str, tuple[object, str]]:
         """Every key's value and where it came from: "command line", the file, or "default"."""
         cli = self.command_line
-        result = {key: (config.get(key), config.table) if key in config.values else (DEFAULTS[key], "default") for key in KEYS}
+        result = {
+            key: (config.get(key), config.table) if key in config.values else (DEFAULTS[key], "default") for key in KEYS
+        }
         if cli.select is not None:  # a new selection, as in ruff: the file's no longer applies
             result["select"] = (list(cli.select), "command line")
             result["extend-select"] = ([], "command line (--select replaces it)")
@@ -70,7 +88,9 @@ class Settings:
         extra = select_rules(values["extend-select"], None) if values["extend-select"] else ()
         chosen = {rule.code: rule for rule in (*selected, *extra)}
         dropped = tuple(code.upper() for code in (*values["ignore"], *config.ignored_codes(Path(file))))
-        return tuple(rule for code, rule in sorted(chosen.items()) if not any(code.startswith(prefix) for prefix in dropped))
+        return tuple(
+            rule for code, rule in sorted(chosen.items()) if not any(code.startswith(prefix) for prefix in dropped)
+        )
 
     def options_for(self, file: Path | str) -> ScanOptions:
         """The scan options for one file (shared by every file with the same configuration and

@@ -40,9 +40,17 @@ def write(path: Path, findings: Sequence[Finding]) -> None:
     """Atomically: a crash half-way must not leave a truncated baseline behind."""
     entries = []
     for f, (fingerprint, *others) in zip(findings, line_fingerprints(findings)):
-        entry = {"fingerprint": fingerprint, "code": f.code, "filename": f.filename, "line": f.location.row, "message": f.message}
+        entry = {
+            "fingerprint": fingerprint,
+            "code": f.code,
+            "filename": f.filename,
+            "line": f.location.row,
+            "message": f.message,
+        }
         if others:
-            entry["related"] = [{"fingerprint": other, "line": place.location.row} for other, place in zip(others, f.related)]
+            entry["related"] = [
+                {"fingerprint": other, "line": place.location.row} for other, place in zip(others, f.related)
+            ]
         entries.append(entry)
     document = {"loopaudit_baseline": FORMAT_VERSION, "written_by": f"loopaudit {__version__}", "findings": entries}
     folder = path.resolve().parent
@@ -69,7 +77,9 @@ def load(path: Path) -> frozenset[str]:
     if problem is not None:
         raise BaselineError(f"--baseline: {path} is not a loopaudit baseline (version {FORMAT_VERSION}): {problem}")
     return frozenset(
-        fingerprinted["fingerprint"] for entry in document["findings"] for fingerprinted in (entry, *entry.get("related", ()))
+        fingerprinted["fingerprint"]
+        for entry in document["findings"]
+        for fingerprinted in (entry, *entry.get("related", ()))
     )
 
 

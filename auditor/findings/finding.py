@@ -62,7 +62,9 @@ class Related:
 
     def to_json(self) -> dict:
         return {
-            "location": asdict(self.location), "end_location": asdict(self.end_location), "message": self.message,
+            "location": asdict(self.location),
+            "end_location": asdict(self.end_location),
+            "message": self.message,
             "kind": self.kind,
         }
 

@@ -65,6 +65,11 @@ def line_fingerprints(findings: Sequence[Finding]) -> list[tuple[str, ...]]:
         seen[key] += 1
         code, filename, text = key
         # surrogatepass: valid text hashes as its UTF-8, as before, and no str can make hashing fail
-        hashed = (code.encode("utf-8"), filename_bytes(filename), text.encode("utf-8", "surrogatepass"), str(occurrence).encode("utf-8"))
+        hashed = (
+            code.encode("utf-8"),
+            filename_bytes(filename),
+            text.encode("utf-8", "surrogatepass"),
+            str(occurrence).encode("utf-8"),
+        )
         result[index][place] = hashlib.sha256(b"\0".join(hashed)).hexdigest()[:32]
     return [tuple(fingerprints) for fingerprints in result]

@@ -45,8 +45,20 @@ def changed_lines(revision: str, cwd: Path | None = None) -> dict[str, set[int] 
         raise SinceError(f"--since: no such git revision: {revision}") from None
     changes: dict[str, set[int] | None] = {}
     current: str | None = None
-    diff = _git("-c", "core.quotePath=false", "diff", "--unified=0", "--no-color", "--no-ext-diff", "--no-renames",
-                "--src-prefix=a/", "--dst-prefix=b/", revision, "--", cwd=top)
+    diff = _git(
+        "-c",
+        "core.quotePath=false",
+        "diff",
+        "--unified=0",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-renames",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        revision,
+        "--",
+        cwd=top,
+    )
     for line in diff.splitlines():
         if line.startswith("+++ "):
             name = line[4:]

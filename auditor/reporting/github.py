@@ -26,12 +26,14 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     stream = EncodableStream(out)  # the runner reads UTF-8: a name that is not gets its bytes as `\xff`
     for f in findings:
         level = "error" if f.severity == "error" else "warning"
-        properties = ",".join([
-            f"title={_escape_property('loopaudit ' + f.code)}",
-            f"file={_escape_property(f.filename)}",
-            f"line={f.location.row}",
-            f"col={f.location.column}",
-            f"endLine={f.end_location.row}",
-            f"endColumn={f.end_location.column}",
-        ])
+        properties = ",".join(
+            [
+                f"title={_escape_property('loopaudit ' + f.code)}",
+                f"file={_escape_property(f.filename)}",
+                f"line={f.location.row}",
+                f"col={f.location.column}",
+                f"endLine={f.end_location.row}",
+                f"endColumn={f.end_location.column}",
+            ]
+        )
         stream.write(f"::{level} {properties}::{_escape_data(f'{f.code} {f.message}')}\n")

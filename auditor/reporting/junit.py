@@ -24,11 +24,18 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
         by_file[finding.filename].append(finding)
     for filename, found in sorted(by_file.items()):
         name = xml_ready(filename)
-        suite = ElementTree.SubElement(suites, "testsuite", name=name, tests=str(len(found)), failures=str(len(found)), errors="0")
+        suite = ElementTree.SubElement(
+            suites, "testsuite", name=name, tests=str(len(found)), failures=str(len(found)), errors="0"
+        )
         for finding in found:
             where = f"{name}:{finding.location.row}:{finding.location.column}"
             case = ElementTree.SubElement(
-                suite, "testcase", name=f"{finding.code} at {where}", classname=name, file=name, line=str(finding.location.row),
+                suite,
+                "testcase",
+                name=f"{finding.code} at {where}",
+                classname=name,
+                file=name,
+                line=str(finding.location.row),
             )
             message = xml_ready(finding.message)
             failure = ElementTree.SubElement(case, "failure", message=message, type=finding.code)

@@ -36,7 +36,9 @@ _PART_NAME = {"compute": "compute", "data_wait": "data wait", "sync_stall": "syn
 
 
 def _console(out: TextIO, color: bool) -> Console:
-    return Console(file=EncodableStream(out), force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=120)
+    return Console(
+        file=EncodableStream(out), force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=120
+    )
 
 
 def _shown(text: str, style: str = "") -> Text:
@@ -104,8 +106,14 @@ def _sync_sites(console: Console, audit: RunAudit) -> None:
     title = "Sync sites" if cuda else "Sync sites (no GPU here: these would synchronize on CUDA)"
     console.print(Text(title, style="bold"))
     table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
-    for column, justify in (("where", "left"), ("what", "left"), ("per step", "right"), ("calls", "right"),
-                            ("stall per step", "right"), ("scan", "left")):
+    for column, justify in (
+        ("where", "left"),
+        ("what", "left"),
+        ("per step", "right"),
+        ("calls", "right"),
+        ("stall per step", "right"),
+        ("scan", "left"),
+    ):
         table.add_column(column, justify=justify)
     steps = audit.evidence.steps_measured
     for site in audit.sites:
@@ -115,8 +123,14 @@ def _sync_sites(console: Console, audit: RunAudit) -> None:
         scan = ", ".join(site.static_codes) if site.static_codes else "not found"
         if not site.on_step_path:
             scan += " (periodic: not reported)"
-        table.add_row(_shown(f"{site.filename}:{record.line}"), _shown(what), f"{audit.evidence.per_step(record.count):g}",
-                      str(record.count), stall, scan)
+        table.add_row(
+            _shown(f"{site.filename}:{record.line}"),
+            _shown(what),
+            f"{audit.evidence.per_step(record.count):g}",
+            str(record.count),
+            stall,
+            scan,
+        )
     console.print(table)
     console.print()
 
@@ -130,12 +144,14 @@ def _loaders(console: Console, audit: RunAudit) -> None:
     total = audit.evidence.step_seconds or 1.0
     for _, loader in loaders:
         where = f"{display_path(loader.file)}:{loader.line}" if loader.file else "(created outside the script)"
-        console.print(_shown(
-            f"  {where}  {loader.dataset}, batch_size={loader.batch_size}, num_workers={loader.num_workers}, "
-            f"pin_memory={loader.pin_memory}, persistent_workers={loader.persistent_workers}, "
-            f"prefetch_factor={loader.prefetch_factor}: waited {_ms(loader.wait_seconds * 1000 / steps)} per step "
-            f"({loader.wait_seconds / total:.1%})"
-        ))
+        console.print(
+            _shown(
+                f"  {where}  {loader.dataset}, batch_size={loader.batch_size}, num_workers={loader.num_workers}, "
+                f"pin_memory={loader.pin_memory}, persistent_workers={loader.persistent_workers}, "
+                f"prefetch_factor={loader.prefetch_factor}: waited {_ms(loader.wait_seconds * 1000 / steps)} per step "
+                f"({loader.wait_seconds / total:.1%})"
+            )
+        )
     console.print()
 
 
@@ -160,13 +176,19 @@ def _static(console: Console, audit: RunAudit) -> None:
             verdict, style, measured = "not confirmed", "yellow", "not seen in the measured steps"
         else:
             verdict, style, measured = "not measurable", "dim", check.unmeasurable_because or ""
-        table.add_row(Text(verdict, style=style), _shown(f"{f.filename}:{f.location.row}:{f.location.column}"), f.code, Text(measured))
+        table.add_row(
+            Text(verdict, style=style),
+            _shown(f"{f.filename}:{f.location.row}:{f.location.column}"),
+            f.code,
+            Text(measured),
+        )
     console.print(table)
     console.print()
 
 
-
-def render_run(audit: RunAudit, breakdown: Breakdown, headline: str, notes: Sequence[str], out: TextIO, color: bool) -> None:
+def render_run(
+    audit: RunAudit, breakdown: Breakdown, headline: str, notes: Sequence[str], out: TextIO, color: bool
+) -> None:
     console = _console(out, color)
     console.print(_shown(headline, style="bold"))
     for note in notes:
@@ -187,23 +209,40 @@ def render_run(audit: RunAudit, breakdown: Breakdown, headline: str, notes: Sequ
     console.print(Text(f"{_summary(audit.findings)}; {static}."))
 
 
-def render_trace(analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequence[Finding], out: TextIO, color: bool) -> None:
+def render_trace(
+    analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequence[Finding], out: TextIO, color: bool
+) -> None:
     console = _console(out, color)
-    steps = "no ProfilerStep marks: the whole trace is one span" if not analysis.marks_steps else f"{len(analysis.steps)} profiler steps"
+    steps = (
+        "no ProfilerStep marks: the whole trace is one span"
+        if not analysis.marks_steps
+        else f"{len(analysis.steps)} profiler steps"
+    )
     console.print(_shown(f"loopaudit analyze: {analysis.path}", style="bold"))
     console.print(_shown(f"{analysis.device}, {steps}"))
     console.print()
     if breakdown.rows:
         _breakdown(console, breakdown, "CPU-only trace: nothing stalls")
     if analysis.gpu_idle_fraction is not None:
-        console.print(Text.assemble(("GPU idle", "bold"), f"  {analysis.gpu_idle_fraction:.1%} of the GPU's active span (HolisticTraceAnalysis's measure)"))
+        console.print(
+            Text.assemble(
+                ("GPU idle", "bold"),
+                f"  {analysis.gpu_idle_fraction:.1%} of the GPU's active span (HolisticTraceAnalysis's measure)",
+            )
+        )
     if analysis.syncs:
         table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold", title_justify="left")
         for column in ("sync call", "operator", "python frame", "calls", "steps", "stall"):
             table.add_column(column)
         for site in analysis.syncs:
-            table.add_row(_shown(site.call), _shown(site.operator or ""), _shown(str(site.frame) if site.frame else ""), str(site.count),
-                          str(site.steps), _ms(site.stall_us / 1000) if site.proven else "— (no GPU)")
+            table.add_row(
+                _shown(site.call),
+                _shown(site.operator or ""),
+                _shown(str(site.frame) if site.frame else ""),
+                str(site.count),
+                str(site.steps),
+                _ms(site.stall_us / 1000) if site.proven else "— (no GPU)",
+            )
         console.print()
         console.print(table)
     if analysis.copies:
@@ -211,15 +250,26 @@ def render_trace(analysis: TraceAnalysis, breakdown: Breakdown, findings: Sequen
         for column in ("pageable copy", "operator", "python frame", "copies", "bytes", "GPU time"):
             table.add_column(column)
         for copy in analysis.copies:
-            table.add_row(_shown(copy.kind), _shown(copy.operator or ""), _shown(str(copy.frame) if copy.frame else ""), str(copy.count),
-                          f"{copy.bytes:,}", _ms(copy.duration_us / 1000))
+            table.add_row(
+                _shown(copy.kind),
+                _shown(copy.operator or ""),
+                _shown(str(copy.frame) if copy.frame else ""),
+                str(copy.count),
+                f"{copy.bytes:,}",
+                _ms(copy.duration_us / 1000),
+            )
         console.print()
         console.print(table)
     if analysis.allocator_calls:
         calls = ", ".join(f"{name} ×{count}" for name, count in sorted(analysis.allocator_calls.items()))
         console.print()
-        console.print(Text.assemble(("Allocator", "bold"), f"  {calls}, {_ms(analysis.allocator_us / 1000)} in all; "
-                                    f"memory handed back to the driver in {steps_phrase(analysis.steps_freeing)}"))
+        console.print(
+            Text.assemble(
+                ("Allocator", "bold"),
+                f"  {calls}, {_ms(analysis.allocator_us / 1000)} in all; "
+                f"memory handed back to the driver in {steps_phrase(analysis.steps_freeing)}",
+            )
+        )
     console.print()
     _findings(console, out, findings, color)
     console.print(Text(_summary(findings) + "."))

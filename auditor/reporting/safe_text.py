@@ -62,7 +62,9 @@ def _control_picture(match: re.Match) -> str:
 def xml_ready(text: str) -> str:
     """`text` as XML 1.0 can carry it: surrogates escaped, each C0 control XML forbids shown as its
     Unicode control picture (ESC as U+241B), and U+FFFE / U+FFFF as U+FFFD."""
-    return _NOT_XML.sub(lambda m: "\ufffd" if m.group() in "\ufffe\uffff" else _control_picture(m), escape_surrogates(text))
+    return _NOT_XML.sub(
+        lambda m: "\ufffd" if m.group() in "\ufffe\uffff" else _control_picture(m), escape_surrogates(text)
+    )
 
 
 def terminal_ready(text: str) -> str:

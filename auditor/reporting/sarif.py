@@ -18,8 +18,8 @@ from urllib.parse import quote_from_bytes
 from loopaudit import __version__
 from loopaudit.findings.finding import Finding, Related
 from loopaudit.findings.fingerprint import filename_bytes, fingerprints
-from loopaudit.rule_api.registry import rule_by_code
 from loopaudit.reporting.safe_text import json_ready
+from loopaudit.rule_api.registry import rule_by_code
 
 INFORMATION_URI = "https://github.com/loopaudit/loopaudit"
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -38,14 +38,16 @@ def _rule_descriptor(code: str, url: str | None) -> dict:
     rule = rule_by_code(code)
     descriptor = {"id": code}
     if rule is not None:
-        descriptor.update({
-            "name": rule.name,
-            "shortDescription": {"text": rule.summary},
-            "fullDescription": {"text": rule.what_it_flags},
-            "help": {"text": f"{rule.why_it_costs}\n\nUse instead:\n{rule.use_instead}"},
-            "defaultConfiguration": {"level": "warning"},
-            "properties": {"tags": ["performance", "pytorch"]},
-        })
+        descriptor.update(
+            {
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary},
+                "fullDescription": {"text": rule.what_it_flags},
+                "help": {"text": f"{rule.why_it_costs}\n\nUse instead:\n{rule.use_instead}"},
+                "defaultConfiguration": {"level": "warning"},
+                "properties": {"tags": ["performance", "pytorch"]},
+            }
+        )
     if url:
         descriptor["helpUri"] = url
     return descriptor
@@ -80,24 +82,32 @@ def document(findings: Sequence[Finding]) -> dict:
         }
         if finding.related:  # the other lines of the same problem (grouping.py), each with what it is
             result["relatedLocations"] = [
-                {"id": number, "physicalLocation": _physical_location(finding.filename, place), "message": {"text": place.message}}
+                {
+                    "id": number,
+                    "physicalLocation": _physical_location(finding.filename, place),
+                    "message": {"text": place.message},
+                }
                 for number, place in enumerate(finding.related, 1)
             ]
         results.append(result)
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "loopaudit",
-                "version": __version__,
-                "informationUri": INFORMATION_URI,
-                "rules": [_rule_descriptor(code, urls[code]) for code in codes],
-            }},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().resolve().as_uri() + "/"}},
-            "columnKind": "unicodeCodePoints",
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "loopaudit",
+                        "version": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": [_rule_descriptor(code, urls[code]) for code in codes],
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().resolve().as_uri() + "/"}},
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
     }
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import libcst as cst
 
@@ -100,10 +101,6 @@ class RuleContext:
     @staticmethod
     def method_call(node: cst.CSTNode, *names: str) -> cst.BaseExpression | None:
         """The receiver of `receiver.name(...)` when `node` is such a call, else None."""
-        if (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in names
-        ):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names:
             return node.func.value
         return None

@@ -11,47 +11,59 @@ from loopaudit.rule_api.rule import Rule, RuntimeRule
 
 
 def rule_markdown(rule: type[Rule]) -> str:
-    return "\n".join([
-        f"## {rule.code} {rule.name}",
-        "",
-        rule.summary,
-        "",
-        "### What it flags",
-        rule.what_it_flags,
-        "",
-        "### Why it costs",
-        rule.why_it_costs,
-        "",
-        "### Example",
-        "```python",
-        rule.example.rstrip(),
-        "```",
-        "",
-        "### Use instead",
-        "```python",
-        rule.use_instead.rstrip(),
-        "```",
-        "",
-        "### Fix safety",
-        rule.fix_safety,
-        "",
-        *_measurement(rule),
-    ])
+    return "\n".join(
+        [
+            f"## {rule.code} {rule.name}",
+            "",
+            rule.summary,
+            "",
+            "### What it flags",
+            rule.what_it_flags,
+            "",
+            "### Why it costs",
+            rule.why_it_costs,
+            "",
+            "### Example",
+            "```python",
+            rule.example.rstrip(),
+            "```",
+            "",
+            "### Use instead",
+            "```python",
+            rule.use_instead.rstrip(),
+            "```",
+            "",
+            "### Fix safety",
+            rule.fix_safety,
+            "",
+            *_measurement(rule),
+        ]
+    )
 
 
 def _measurement(rule: type[Rule]) -> list[str]:
     """How `loopaudit run` relates to the rule: which LA6xx finding confirms a static one, and
     where a runtime rule can be seen."""
     if issubclass(rule, RuntimeRule):
-        where = "a CUDA machine (`loopaudit run --profile`) or a CUDA trace (`loopaudit analyze`)" if rule.requires_cuda else (
-            "any machine, CPU included (`loopaudit run`), and in a trace (`loopaudit analyze`)"
+        where = (
+            "a CUDA machine (`loopaudit run --profile`) or a CUDA trace (`loopaudit analyze`)"
+            if rule.requires_cuda
+            else ("any machine, CPU included (`loopaudit run`), and in a trace (`loopaudit analyze`)")
         )
         return ["### Measured", f"By `loopaudit run`, not by `scan`; seen on {where}.", ""]
     if not rule.confirmed_by:
         return []
     codes = ", ".join(f"[{code}](#{code.lower()}-{_name(code)})" for code in rule.confirmed_by)
-    cpu = "" if rule.confirmable_on_cpu else " on a CUDA machine (without one, the call does not synchronize and cannot be seen)"
-    return ["### Confirmed at run time", f"`loopaudit run` confirms the finding when it reports {codes} at the same line{cpu}.", ""]
+    cpu = (
+        ""
+        if rule.confirmable_on_cpu
+        else " on a CUDA machine (without one, the call does not synchronize and cannot be seen)"
+    )
+    return [
+        "### Confirmed at run time",
+        f"`loopaudit run` confirms the finding when it reports {codes} at the same line{cpu}.",
+        "",
+    ]
 
 
 def _name(code: str) -> str:

@@ -20,21 +20,36 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
         if arg.keyword is not None and arg.keyword.value == name:
             args[index] = arg.with_changes(value=value)
             return call.with_changes(args=args)
-    new = cst.Arg(value=value, keyword=cst.Name(name), equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    new = cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     if not args:
         return call.with_changes(args=[new])
     last = args[-1]
     layout = _argument_layout(call)
-    if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace) and layout:
+    if (
+        isinstance(last.comma, cst.Comma)
+        and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace)
+        and layout
+    ):
         # One argument per line with a trailing comma: the new argument goes on a line of its own.
         # The last argument keeps its comment; its line break now leads to the arguments' indentation,
         # and the new argument's leads to the closing parenthesis.
         closing = last.comma.whitespace_after
-        args[-1] = last.with_changes(comma=last.comma.with_changes(
-            whitespace_after=closing.with_changes(indent=layout.indent, last_line=layout.last_line)))
-        args.append(new.with_changes(comma=cst.Comma(
-            whitespace_after=closing.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[]))))
+        args[-1] = last.with_changes(
+            comma=last.comma.with_changes(
+                whitespace_after=closing.with_changes(indent=layout.indent, last_line=layout.last_line)
+            )
+        )
+        args.append(
+            new.with_changes(
+                comma=cst.Comma(
+                    whitespace_after=closing.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+                )
+            )
+        )
     elif isinstance(last.comma, cst.Comma):  # `f(a, b,)` on one line
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(new.with_changes(comma=last.comma))
@@ -47,7 +62,10 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
 def _argument_layout(call: cst.Call) -> cst.ParenthesizedWhitespace | None:
     """The line break that leads to the arguments' indentation in a call laid out one argument per
     line: after `(`, or else after an argument's comma."""
-    candidates = [call.whitespace_before_args, *(arg.comma.whitespace_after for arg in call.args[:-1] if isinstance(arg.comma, cst.Comma))]
+    candidates = [
+        call.whitespace_before_args,
+        *(arg.comma.whitespace_after for arg in call.args[:-1] if isinstance(arg.comma, cst.Comma)),
+    ]
     return next((ws for ws in candidates if isinstance(ws, cst.ParenthesizedWhitespace)), None)
 
 
@@ -56,7 +74,9 @@ def without_argument(call: cst.Call, index: int) -> cst.Call:
     args = list(call.args)
     removed = args.pop(index)
     if args and index == len(args):  # it was the last one
-        args[-1] = args[-1].with_changes(comma=removed.comma if isinstance(removed.comma, cst.Comma) else cst.MaybeSentinel.DEFAULT)
+        args[-1] = args[-1].with_changes(
+            comma=removed.comma if isinstance(removed.comma, cst.Comma) else cst.MaybeSentinel.DEFAULT
+        )
     return call.with_changes(args=args)
 
 
@@ -66,8 +86,11 @@ def with_first_argument(call: cst.Call, value: cst.BaseExpression) -> cst.Call:
         return call.with_changes(args=[cst.Arg(value=value)])
     opening = call.whitespace_before_args
     # One argument per line: the new one gets its own line too.
-    after = opening.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[]) if isinstance(
-        opening, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")
+    after = (
+        opening.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+        if isinstance(opening, cst.ParenthesizedWhitespace)
+        else cst.SimpleWhitespace(" ")
+    )
     return call.with_changes(args=[cst.Arg(value=value, comma=cst.Comma(whitespace_after=after)), *call.args])
 
 

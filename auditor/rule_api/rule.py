@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, ClassVar
 import libcst as cst
 
 if TYPE_CHECKING:
-    from loopaudit.rule_api.context import RuleContext
     from loopaudit.profiling.in_loopaudit.evidence import RunEvidence
     from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
+    from loopaudit.rule_api.context import RuleContext
 
 
 @dataclass(frozen=True)

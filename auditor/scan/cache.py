@@ -27,10 +27,10 @@ that this machine's loopaudit did not write, or that was edited since, is a miss
 from __future__ import annotations
 
 import hashlib
-import importlib
-import os
 import hmac
+import importlib
 import json
+import os
 import re
 import shutil
 import stat
@@ -102,8 +102,12 @@ class ResultCache:
         if content is None:
             return None
         parts = (
-            content, os.path.abspath(path), display_name, "explicit" if explicit else "found",
-            self._options_digest(options), self._facts_text(facts),
+            content,
+            os.path.abspath(path),
+            display_name,
+            "explicit" if explicit else "found",
+            self._options_digest(options),
+            self._facts_text(facts),
         )
         return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
 
@@ -129,7 +133,9 @@ class ResultCache:
         """The entry of a whole scan's result: every file's key, in the scan's order, and what else
         on disk splits the files into projects (`layout_marks`: project.marked_folders). The project's
         facts are derived from these alone, so equal inputs give an equal result."""
-        keys = [self.key(path, display_name, explicit, options, None) for path, display_name, explicit, options in items]
+        keys = [
+            self.key(path, display_name, explicit, options, None) for path, display_name, explicit, options in items
+        ]
         if None in keys:
             return None
         text = "\n".join([*keys, *layout_marks])
@@ -204,8 +210,10 @@ class ResultCache:
         digest = self._options_digests.get(id(options))
         if digest is None:
             parts = (
-                sorted(rule.code for rule in options.rules), sorted(options.extra_hooks),
-                sorted(options.periodic_names), options.device,
+                sorted(rule.code for rule in options.rules),
+                sorted(options.extra_hooks),
+                sorted(options.periodic_names),
+                options.device,
             )
             digest = self._options_digests[id(options)] = repr(parts)
         return digest

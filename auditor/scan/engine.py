@@ -9,8 +9,8 @@ from __future__ import annotations
 import bisect
 import contextlib
 import io
-import os
 import json
+import os
 import stat
 import sys
 import tokenize
@@ -20,34 +20,34 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
-from loopaudit.scan import collector
-from loopaudit.scan.cache import ResultCache
-from loopaudit.digests import digest
-from loopaudit.rule_api.context import RuleContext
 from loopaudit.analysis.config_files import read_config_values
-from loopaudit.analysis.device import targets_cuda
-from loopaudit.findings.finding import Edit, Finding, FixInfo, Location, Related, rule_url
-from loopaudit.analysis.module_index import ModuleIndex, build_index
-from loopaudit.scan.reach_lines import LineMarks, LineResolver
-from loopaudit.scan.plain_data import from_plain, to_plain
-from loopaudit.analysis.lines import source_lines
-from loopaudit.scan.positions import Positions, print_rewritten
-from loopaudit.scan.python_check import Refusal, python_refusal, too_complex_for_python
-from loopaudit.scan.form_feeds import without_leading_form_feeds
-from loopaudit.scan.grouping import one_finding_per_problem
 from loopaudit.analysis.cross_module import ModuleSummary, ProjectFacts
 from loopaudit.analysis.derivation import MAX_ROUNDS, derive_facts
+from loopaudit.analysis.device import targets_cuda
 from loopaudit.analysis.layout import ProjectLayout, TextFacts, marked_folders
-from loopaudit.analysis.summarize import summarize
-from loopaudit.scan.prefilter import may_contain_findings
-from loopaudit.rule_api.rule import Fix, Group, Report, Rule
+from loopaudit.analysis.lines import source_lines
+from loopaudit.analysis.module_index import ModuleIndex, build_index
 from loopaudit.analysis.stepmodel import StepModel, StepReason
-from loopaudit.scan.suppression import is_suppressed, suppressions
+from loopaudit.analysis.summarize import summarize
 from loopaudit.analysis.tensors import TensorInference
-from loopaudit.scan.workers import DEFAULT_CPU_SECONDS, FileFailure, WorkerPool
+from loopaudit.digests import digest
+from loopaudit.findings.finding import Edit, Finding, FixInfo, Location, Related, rule_url
+from loopaudit.rule_api.context import RuleContext
+from loopaudit.rule_api.rule import Fix, Group, Report, Rule
 from loopaudit.rules.files.not_analysed import NotAnalysedRule as NOT_ANALYSED
 from loopaudit.rules.files.syntax_error import SyntaxErrorRule as SYNTAX_ERROR
 from loopaudit.rules.files.unreadable_file import UnreadableFileRule as UNREADABLE_FILE
+from loopaudit.scan import collector
+from loopaudit.scan.cache import ResultCache
+from loopaudit.scan.form_feeds import without_leading_form_feeds
+from loopaudit.scan.grouping import one_finding_per_problem
+from loopaudit.scan.plain_data import from_plain, to_plain
+from loopaudit.scan.positions import Positions, print_rewritten
+from loopaudit.scan.prefilter import may_contain_findings
+from loopaudit.scan.python_check import Refusal, python_refusal, too_complex_for_python
+from loopaudit.scan.reach_lines import LineMarks, LineResolver
+from loopaudit.scan.suppression import is_suppressed, suppressions
+from loopaudit.scan.workers import DEFAULT_CPU_SECONDS, FileFailure, WorkerPool
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,12 @@ def analyze_bytes(data: bytes, display_name: str, options: ScanOptions, *, expli
 
 
 def _analyze_bytes(
-    data: bytes, display_name: str, options: ScanOptions, explicit: bool, facts: ProjectFacts | None, path: str | None = None
+    data: bytes,
+    display_name: str,
+    options: ScanOptions,
+    explicit: bool,
+    facts: ProjectFacts | None,
+    path: str | None = None,
 ) -> FileAnalysis:
     if b"\0" in data:
         problem = "binary file (it contains NUL bytes), not Python source"
@@ -187,7 +192,9 @@ def _restore_form_feeds(analysis: FileAnalysis, text: str, shifted: dict[int, in
     def in_text(where):  # a finding or one of its related places
         row = where.location.row
         return replace(
-            where, location=placed(where.location), end_location=placed(where.end_location),
+            where,
+            location=placed(where.location),
+            end_location=placed(where.end_location),
             source_line=lines[row - 1] if row <= len(lines) else None,
         )
 
@@ -210,7 +217,9 @@ class _RecentModules:
         # tree and the rules alone, not on the facts, so a later round reuses it too.
         self._indexes: dict[str, tuple[tuple, ModuleIndex]] = {}
 
-    def index(self, text: str, module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str]) -> ModuleIndex:
+    def index(
+        self, text: str, module: cst.Module, site_types: tuple[type, ...], periodic_names: frozenset[str]
+    ) -> ModuleIndex:
         """The index of `module`, parsed from `text` by parse()."""
         known = self._indexes.get(text)
         if known is not None and known[0] == (site_types, periodic_names):
@@ -300,7 +309,9 @@ def _apply_rules(
     if options.device != "auto":
         cuda = options.device == "cuda"
     else:
-        cuda = (summary.cuda if summary is not None else targets_cuda(index, steps)) or (facts is not None and facts.cuda)
+        cuda = (summary.cuda if summary is not None else targets_cuda(index, steps)) or (
+            facts is not None and facts.cuda
+        )
     raw: list[tuple[type[Rule], Report, StepReason | None]] = []
     for rule_class in rules:
         if rule_class.needs_cuda and not cuda:
@@ -348,7 +359,9 @@ def _fix_info(fix: Fix, module: cst.Module, text: str, starts: list[int], positi
         while tail < limit - start and text[len(text) - 1 - tail] == rewritten[len(rewritten) - 1 - tail]:
             tail += 1
         end = len(text) - tail
-        edits.append(Edit(start, end, rewritten[start:len(rewritten) - tail], _location(start, starts), _location(end, starts)))
+        edits.append(
+            Edit(start, end, rewritten[start : len(rewritten) - tail], _location(start, starts), _location(end, starts))
+        )
     return FixInfo("safe" if fix.safe else "unsafe", fix.description, tuple(sorted(edits, key=lambda e: e.start)))
 
 
@@ -369,11 +382,11 @@ def _rewrite(old: cst.CSTNode, new, module: cst.Module, text: str, positions: Po
         printed = module.code
         if not text.startswith(printed):
             return None
-        return rewritten + text[len(printed):], 0, len(text)
+        return rewritten + text[len(printed) :], 0, len(text)
     statement = placed.statement
     changed = statement.deep_remove(old) if removing else statement.deep_replace(old, new)
     end = placed.offset + len(placed.code)
-    return text[:placed.offset] + print_rewritten(placed, changed, module) + text[end:], placed.offset, end
+    return text[: placed.offset] + print_rewritten(placed, changed, module) + text[end:], placed.offset, end
 
 
 def _location(offset: int, starts: list[int]) -> Location:
@@ -394,21 +407,23 @@ def _to_findings(module: cst.Module, text: str, display_name: str, raw, position
         if key in findings or is_suppressed(rule_class.code, range(row, span.end.line + 1), suppressed):
             continue
         related = _places(report, row, positions, lines)
-        findings[key] = Finding(
-            code=rule_class.code,
-            message=(report.message or rule_class.message) + "".join(
-                f"; {place.message} at line {place.location.row}" for place in related
+        findings[key] = (
+            Finding(
+                code=rule_class.code,
+                message=(report.message or rule_class.message)
+                + "".join(f"; {place.message} at line {place.location.row}" for place in related),
+                filename=display_name,
+                location=Location(row, span.start.column + 1),
+                end_location=Location(span.end.line, span.end.column + 1),
+                context=_describe(reason, positions.line_of, module) if reason else None,
+                suggestion=report.suggestion or rule_class.suggestion,
+                source_line=lines[row - 1] if row - 1 < len(lines) else None,
+                url=rule_url(rule_class.code, rule_class.name),
+                fix=_fix_info(report.fix, module, text, starts, positions) if report.fix else None,
+                related=related,
             ),
-            filename=display_name,
-            location=Location(row, span.start.column + 1),
-            end_location=Location(span.end.line, span.end.column + 1),
-            context=_describe(reason, positions.line_of, module) if reason else None,
-            suggestion=report.suggestion or rule_class.suggestion,
-            source_line=lines[row - 1] if row - 1 < len(lines) else None,
-            url=rule_url(rule_class.code, rule_class.name),
-            fix=_fix_info(report.fix, module, text, starts, positions) if report.fix else None,
-            related=related,
-        ), report.group
+            report.group,
+        )
     return sorted(one_finding_per_problem(findings.values()), key=Finding.sort_key)
 
 
@@ -419,10 +434,15 @@ def _places(report: Report, row: int, positions: Positions, lines: list[str]) ->
         span = positions[node]
         if span.start.line != row:
             source = lines[span.start.line - 1] if span.start.line - 1 < len(lines) else None
-            found.append(Related(
-                Location(span.start.line, span.start.column + 1), Location(span.end.line, span.end.column + 1),
-                what, source, kind="place",
-            ))
+            found.append(
+                Related(
+                    Location(span.start.line, span.start.column + 1),
+                    Location(span.end.line, span.end.column + 1),
+                    what,
+                    source,
+                    kind="place",
+                )
+            )
     return tuple(sorted(found, key=lambda place: place.location))
 
 
@@ -559,7 +579,9 @@ def _analyze_many(work: list[Item], workers: _Workers, cache: ResultCache | None
     return _with_lines(_total(outcomes, {work[i][1]: facts[path_of[i]] for i in project}), cache)
 
 
-def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: ResultCache | None) -> dict[str, ProjectFacts]:
+def _derived_facts(
+    layout: ProjectLayout, outcomes: dict[str, Outcome], cache: ResultCache | None
+) -> dict[str, ProjectFacts]:
     """derive_facts over the files' summaries, or what it gave an earlier scan for the same ones (by
     their digests). A touched file whose summary stays the same (an edited comment, a changed line
     inside a function) leaves the project's facts as they were, and no summary is even decoded.
@@ -578,9 +600,13 @@ def _derived_facts(layout: ProjectLayout, outcomes: dict[str, Outcome], cache: R
         ) and all(read_config_values(folder) == values for folder, values in configs.items()):
             return _sharing_roots(derived, layout.roots)
     summaries = {
-        path: from_plain(ModuleSummary, json.loads(outcome[2])) for path, outcome in outcomes.items() if outcome[2] is not None
+        path: from_plain(ModuleSummary, json.loads(outcome[2]))
+        for path, outcome in outcomes.items()
+        if outcome[2] is not None
     }
-    derived = derive_facts(layout, summaries, [path for path, outcome in outcomes.items() if outcome[3] == UNANALYSABLE])
+    derived = derive_facts(
+        layout, summaries, [path for path, outcome in outcomes.items() if outcome[3] == UNANALYSABLE]
+    )
     if cache is not None:
         cache.put(key, (derived, layout.texts_read(), layout.configs_read()), _DerivedFacts)
     return derived
@@ -602,7 +628,9 @@ def _with_lines(result: ScanResult, cache: ResultCache | None = None) -> ScanRes
     """Fill in the line numbers the findings show of how their lines are reached (origins.py), and in
     the facts of the files with findings, which a fix pass analyses again."""
     resolve = LineResolver(cache)
-    result.findings = [replace(f, context=resolve(f.context)) if f.context and "⟦" in f.context else f for f in result.findings]
+    result.findings = [
+        replace(f, context=resolve(f.context)) if f.context and "⟦" in f.context else f for f in result.findings
+    ]
     with_findings = {f.filename for f in result.findings}
     # Only the files with findings are analysed again (by a fix pass): the others' facts are dropped,
     # which keeps a whole scan's cache entry small.
@@ -647,8 +675,12 @@ class _Workers:
     (workers.py), and reads from and stores into the cache, when there is one."""
 
     def __init__(
-        self, jobs: int, progress: Callable[[int, int], None] | None = None, cache: ResultCache | None = None,
-        isolated: bool = False, cpu_seconds: float = DEFAULT_CPU_SECONDS,
+        self,
+        jobs: int,
+        progress: Callable[[int, int], None] | None = None,
+        cache: ResultCache | None = None,
+        isolated: bool = False,
+        cpu_seconds: float = DEFAULT_CPU_SECONDS,
     ) -> None:
         self.jobs = jobs
         self.isolated = isolated
@@ -705,7 +737,7 @@ class _Workers:
         return outcomes
 
     def _not_analysed(self, item, why: FileFailure) -> Outcome:
-        path, name, explicit, options, facts = item
+        _, name, _, options, facts = item
         self.failed.add(name)
         message = f"loopaudit could not analyse the file: {why}"
         return _file_problem(NOT_ANALYSED, name, options, message), [], None, _no_summary(facts)

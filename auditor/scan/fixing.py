@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from loopaudit.atomic import write_atomically
-from loopaudit.scan.engine import ScanOptions, analyze_text
-from loopaudit.findings.finding import Finding
 from loopaudit.analysis.cross_module import ProjectFacts
+from loopaudit.atomic import write_atomically
+from loopaudit.findings.finding import Finding
+from loopaudit.scan.engine import ScanOptions, analyze_text
 
 MAX_PASSES = 8
 
@@ -79,7 +79,9 @@ def fix_file(
     if text == before:
         return result
     names = (display, display) if os.path.isabs(display) else (f"a/{display}", f"b/{display}")
-    result.diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), text.splitlines(keepends=True), *names))
+    result.diff = "".join(
+        difflib.unified_diff(before.splitlines(keepends=True), text.splitlines(keepends=True), *names)
+    )
     if write:
         result.problem = _write(path, original, text.encode(encoding))
     return result
@@ -97,7 +99,7 @@ def _non_overlapping(edits) -> list:
 
 def _apply(text: str, edits) -> str:
     for edit in sorted(edits, key=lambda e: e.start, reverse=True):
-        text = text[:edit.start] + edit.content + text[edit.end:]
+        text = text[: edit.start] + edit.content + text[edit.end :]
     return text
 
 

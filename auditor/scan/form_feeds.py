@@ -34,7 +34,7 @@ def without_leading_form_feeds(text: str) -> tuple[str, dict[int, int]]:
         line += len(NEWLINE.findall(text, counted_to, match.start()))
         counted_to = match.start()
         removed[line] = match.end() - match.start()
-        parts.append(text[kept_from:match.start()])
+        parts.append(text[kept_from : match.start()])
         kept_from = match.end()
     if not removed:
         return text, {}

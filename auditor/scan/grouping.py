@@ -37,17 +37,22 @@ def one_finding_per_problem(found: Iterable[tuple[Finding, Group | None]]) -> li
 
 
 def _merged(first: Finding, group: Group, others: list[Finding]) -> Finding:
-    related = first.related + tuple(
-        Related(f.location, f.end_location, f"another {group.noun} {group.where}", f.source_line) for f in others
-    ) + tuple(place for f in others for place in f.related)
+    related = (
+        first.related
+        + tuple(
+            Related(f.location, f.end_location, f"another {group.noun} {group.where}", f.source_line) for f in others
+        )
+        + tuple(place for f in others for place in f.related)
+    )
     return replace(
-        first, message=first.message + _summary(group, [f.location.row for f in others]),
+        first,
+        message=first.message + _summary(group, [f.location.row for f in others]),
         related=tuple(sorted(related, key=lambda place: place.location)),
     )
 
 
 def _summary(group: Group, rows: list[int]) -> str:
-    """"; and 3 more reads in this step, lines 58, 61, 64: stack them and read once"."""
+    """ "; and 3 more reads in this step, lines 58, 61, 64: stack them and read once"."""
     many = len(rows) > 1
     noun = f"{group.noun}s" if many else group.noun
     lines = f"line{'s' if many else ''} {', '.join(map(str, rows))}"

@@ -21,13 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange
 from libcst._nodes.internal import CodegenState
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from loopaudit.analysis.lines import line_starts
 from loopaudit.analysis.walk import parent_map
+
 
 @dataclass(frozen=True)
 class Placed:
@@ -136,7 +136,9 @@ class Positions:
         try:
             recorder = _Recorder()
             state = PositionProvidingCodegenState(
-                default_indent=self.module.default_indent, default_newline=self.module.default_newline, provider=recorder
+                default_indent=self.module.default_indent,
+                default_newline=self.module.default_newline,
+                provider=recorder,
             )
             self.module._codegen(state)
             self._known.update(recorder._computed)

@@ -19,8 +19,15 @@ import re
 # batches.
 _DATA_LOADER = re.compile(r"\bDataLoader\b")
 _HOOKS = (
-    "training_step", "validation_step", "test_step", "predict_step", "compute_loss", "prediction_step",
-    "on_train_batch_end", "on_train_batch_start", "on_step_end",
+    "training_step",
+    "validation_step",
+    "test_step",
+    "predict_step",
+    "compute_loss",
+    "prediction_step",
+    "on_train_batch_end",
+    "on_train_batch_start",
+    "on_step_end",
 )
 _HOOK = re.compile(r"\b(?:" + "|".join(_HOOKS) + r")\b")
 _STEP_LOOP = re.compile(
@@ -41,7 +48,9 @@ _DATA_WALK = re.compile(
 )
 # A generator function (`def datagen(...): ... yield batch`) that a loop of the same file walks.
 # `for i in range(0, len(images), batch_size)`: a walk over data one batch at a time (stepmodel.batch_stride).
-_BATCH_STRIDE = re.compile(r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*range\([^\n]*,[^\n,]*(?:batch_?size|\bbsz?\b)[^\n,]*\)", re.M)
+_BATCH_STRIDE = re.compile(
+    r"^[ \t]*for\b[^\n]*\bin[ \t]+(?:(?:tqdm|enumerate)\()*range\([^\n]*,[^\n,]*(?:batch_?size|\bbsz?\b)[^\n,]*\)", re.M
+)
 _YIELD = re.compile(r"^[ \t]+yield\b", re.M)
 # A loop, and a call of something named like a model (`model(x)`, `self.net(x)`), in a file that turns
 # autograd off: an evaluation loop over items of any kind.
@@ -78,7 +87,7 @@ def _names_a_scheduler(text: str, dot: int) -> bool:
 
 def _in_code(text: str, offset: int) -> bool:
     """Is the line of `offset` code, rather than a comment or a `>>>` example in a docstring?"""
-    before = text[text.rfind("\n", 0, offset) + 1:offset].lstrip(" \t")
+    before = text[text.rfind("\n", 0, offset) + 1 : offset].lstrip(" \t")
     return not before or not (before[0] in "#>" or before[0].isspace())
 
 
@@ -95,7 +104,11 @@ def _has_step_hint(text: str) -> bool:
         return True
     if "cuda" in text and _BATCH_STRIDE.search(text) is not None:
         return True  # `for i in range(0, n, batch_size): ... .cuda()`: inference one batch at a time
-    if _FILE_READ.search(text) is not None and _FOR_LOOP.search(text) is not None and _FORWARD_CALL.search(text) is not None:
+    if (
+        _FILE_READ.search(text) is not None
+        and _FOR_LOOP.search(text) is not None
+        and _FORWARD_CALL.search(text) is not None
+    ):
         return True  # a loop that may read one file per item and run a model on it (stepmodel._reads_item_files)
     if not ("no_grad" in text or "inference_mode" in text or ".eval()" in text):
         return False
@@ -168,7 +181,12 @@ def may_contain_findings(
     # A `while True:` that fetches batches, or a loop over a name bound to a loader elsewhere in the
     # file (`pbar = tqdm(loaders[0])` ... `for x, y in pbar:`).
     # (Each pattern only where the words it needs are in the text: most files have neither.)
-    if "while" in text and "True" in text and _WHILE_TRUE.search(text) is not None and _BATCH_SOURCE.search(text) is not None:
+    if (
+        "while" in text
+        and "True" in text
+        and _WHILE_TRUE.search(text) is not None
+        and _BATCH_SOURCE.search(text) is not None
+    ):
         return True
     return "loader" in text and any(
         re.search(rf"^[ \t]*for\b[^\n]*\bin\b[^\n]*\b{re.escape(match.group(1))}\b", text, re.M)

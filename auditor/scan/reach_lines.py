@@ -20,8 +20,8 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState  # the base libcst's own PositionProvider extends
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from loopaudit.scan.form_feeds import without_leading_form_feeds
 from loopaudit.analysis.module_index import ModuleIndex, build_index
+from loopaudit.scan.form_feeds import without_leading_form_feeds
 from loopaudit.scan.python_check import too_complex_for_python
 
 _MARK = re.compile(r"⟦([^⟦⟧|]+)\|(loop|function|call)\|(\d+)⟧")

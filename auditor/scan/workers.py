@@ -43,8 +43,13 @@ class FileFailure(Exception):
 class WorkerPool:
     """`jobs` processes running `function` over items, one item per process at a time."""
 
-    def __init__(self, jobs: int, function: Callable, initializer: Callable[[], None] | None = None,
-                 cpu_seconds: float = DEFAULT_CPU_SECONDS) -> None:
+    def __init__(
+        self,
+        jobs: int,
+        function: Callable,
+        initializer: Callable[[], None] | None = None,
+        cpu_seconds: float = DEFAULT_CPU_SECONDS,
+    ) -> None:
         self.jobs = max(1, jobs)
         self.cpu_seconds = cpu_seconds
         self._function = function
@@ -66,8 +71,12 @@ class WorkerPool:
                 worker = self._handed((self.cpu_seconds, items[index]))
                 busy[worker] = (index, time.monotonic() + self.cpu_seconds * _WALL_FACTOR)
             soonest = min(deadline for _, deadline in busy.values())
-            ready = set(wait([w.connection for w in busy] + [w.process.sentinel for w in busy],
-                             timeout=max(0.0, soonest - time.monotonic())))
+            ready = set(
+                wait(
+                    [w.connection for w in busy] + [w.process.sentinel for w in busy],
+                    timeout=max(0.0, soonest - time.monotonic()),
+                )
+            )
             for worker, (index, deadline) in list(busy.items()):
                 if worker.connection in ready or worker.process.sentinel in ready:
                     try:
@@ -114,7 +123,9 @@ class WorkerPool:
     def _start(self) -> _Worker:
         mine, theirs = self._context.Pipe()
         process = self._context.Process(
-            target=_serve, args=(theirs, self._function, self._initializer, os.getpid()), daemon=True,
+            target=_serve,
+            args=(theirs, self._function, self._initializer, os.getpid()),
+            daemon=True,
         )
         process.start()
         theirs.close()

@@ -91,8 +91,12 @@ def main() -> None:
     else:
         aside = set(random.Random(seed).sample(fresh, len(fresh) // 2))
     manifest = [
-        {"project": name, "repo": commits[name][0], "commit": commits[name][1],
-         "half": "aside" if name in aside else "development"}
+        {
+            "project": name,
+            "repo": commits[name][0],
+            "commit": commits[name][1],
+            "half": "aside" if name in aside else "development",
+        }
         for name in names
     ]
     brief = root / "BRIEF.md"
@@ -102,7 +106,9 @@ def main() -> None:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     count = sum(len(entry["labels"]) for entry in labels)
     wanted = sum(
-        1 for entry in labels for label in entry["labels"]
+        1
+        for entry in labels
+        for label in entry["labels"]
         if not label.get("periodic") and label.get("confidence") == "high" and not label.get("unresolved")
     )
     print(len(names), "projects", len(labels), "files", count, "labels", wanted, "wanted")

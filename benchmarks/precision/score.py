@@ -40,7 +40,9 @@ def _findings(folder: Path, python: str) -> list[dict]:
     for paths in scans:
         completed = subprocess.run(
             [python, "-m", "loopaudit", "scan", *paths, "--output-format", "json", "--isolated"],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if completed.returncode not in (0, 1):
             raise SystemExit(f"loopaudit failed on {paths}:\n{completed.stderr}")
@@ -83,9 +85,13 @@ def score(folders: list[Path], prefixes: tuple[str, ...], show: bool, python: st
         for finding in findings:
             by_file[finding["filename"]].append(finding)
         for name in sorted(k for k in labels if not k.endswith("#ambiguous")):
-            wanted = [(l["code"], l["line"]) for l in labels[name] if l["code"].startswith(prefixes)]
-            ambiguous = [(l["code"], l["line"]) for l in labels.get(name + "#ambiguous", [])]
-            found = [(f["code"], rows) for rows, f in reported_places(by_file.get(name, [])) if f["code"].startswith(prefixes)]
+            wanted = [(label["code"], label["line"]) for label in labels[name] if label["code"].startswith(prefixes)]
+            ambiguous = [(label["code"], label["line"]) for label in labels.get(name + "#ambiguous", [])]
+            found = [
+                (f["code"], rows)
+                for rows, f in reported_places(by_file.get(name, []))
+                if f["code"].startswith(prefixes)
+            ]
             unmatched = list(wanted)
             for code, rows in found:
                 hit = next((w for row in rows for w in unmatched if w[0] == code and abs(w[1] - row) <= 1), None)

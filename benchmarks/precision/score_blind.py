@@ -43,20 +43,35 @@ from score import print_table, reported_places  # (this script's folder is on th
 # The labelling guide's families, as loopaudit's rule codes. Codes absent here (file errors, the
 # dynamic mode's measurements) have no family and are not scored.
 FAMILY_OF_CODE = {
-    "LA101": "SYNC", "LA102": "SYNC", "LA103": "SYNC", "LA104": "SYNC", "LA105": "SYNC", "LA106": "SYNC",
-    "LA201": "PIN", "LA202": "NONBLOCK", "LA203": "WORKERS", "LA204": "PERSIST", "LA205": "CPUCREATE",
-    "LA301": "PYLOOP", "LA302": "PYLOOP",
-    "LA401": "EMPTYCACHE", "LA402": "GC", "LA403": "GRAPHLEAK", "LA404": "ZEROGRAD",
-    "LA501": "NOGRAD", "LA502": "AMPDEPRECATED",
+    "LA101": "SYNC",
+    "LA102": "SYNC",
+    "LA103": "SYNC",
+    "LA104": "SYNC",
+    "LA105": "SYNC",
+    "LA106": "SYNC",
+    "LA201": "PIN",
+    "LA202": "NONBLOCK",
+    "LA203": "WORKERS",
+    "LA204": "PERSIST",
+    "LA205": "CPUCREATE",
+    "LA301": "PYLOOP",
+    "LA302": "PYLOOP",
+    "LA401": "EMPTYCACHE",
+    "LA402": "GC",
+    "LA403": "GRAPHLEAK",
+    "LA404": "ZEROGRAD",
+    "LA501": "NOGRAD",
+    "LA502": "AMPDEPRECATED",
 }
 
 
 def scan_project(folder: Path, python: str) -> list[dict]:
     """Every finding in one project folder, scanned whole; `filename` relative to the folder."""
     completed = subprocess.run(
-        [python, "-m", "loopaudit", "scan", str(folder), "--output-format", "json", "--isolated",
-         "--no-cache"],
-        capture_output=True, text=True, check=False,
+        [python, "-m", "loopaudit", "scan", str(folder), "--output-format", "json", "--isolated", "--no-cache"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if completed.returncode not in (0, 1):
         raise SystemExit(f"loopaudit failed on {folder}:\n{completed.stderr}")
@@ -78,7 +93,8 @@ def innermost_loops(source: str) -> dict[int, int]:
         return {}
     spans = sorted(
         (node.lineno, node.end_lineno or node.lineno)
-        for node in ast.walk(tree) if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
     )
     loop_at: dict[int, int] = {}
     for start, end in spans:  # outer loops first, so inner ones overwrite their lines
@@ -87,7 +103,9 @@ def innermost_loops(source: str) -> dict[int, int]:
     return loop_at
 
 
-def score_file(entry: dict, findings: list[dict], counts: dict, show: bool, loop_at: dict[int, int] | None = None) -> None:
+def score_file(
+    entry: dict, findings: list[dict], counts: dict, show: bool, loop_at: dict[int, int] | None = None
+) -> None:
     """Match one labelled file's findings against its labels, adding to `counts[family]`. `loop_at`
     (innermost_loops of the file) lets a loop family's finding and label meet anywhere in one loop."""
     loop_at = loop_at or {}
@@ -109,7 +127,12 @@ def score_file(entry: dict, findings: list[dict], counts: dict, show: bool, loop
 
     def near(places, family, rows):
         return next(
-            (p for row in rows for p in places if p[0] == family and (abs(p[1] - row) <= 1 or same_loop(family, p[1], row))),
+            (
+                p
+                for row in rows
+                for p in places
+                if p[0] == family and (abs(p[1] - row) <= 1 or same_loop(family, p[1], row))
+            ),
             None,
         )
 
@@ -137,7 +160,9 @@ def score_file(entry: dict, findings: list[dict], counts: dict, show: bool, loop
             print(f"FN {where}:{line} {family}")
 
 
-def score(labels: list[dict], projects_dir: Path, only: set[str] | None, show: bool, python: str, by_loop: bool = True) -> dict:
+def score(
+    labels: list[dict], projects_dir: Path, only: set[str] | None, show: bool, python: str, by_loop: bool = True
+) -> dict:
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     by_project: dict[str, list[dict]] = collections.defaultdict(list)
     for entry in labels:
@@ -168,7 +193,9 @@ def main() -> None:
     parser.add_argument("--lines-only", action="store_true", help="match NOGRAD by line alone, not by loop")
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
-    counts = score(json.loads(args.labels.read_text()), args.projects, only, args.show, args.python, not args.lines_only)
+    counts = score(
+        json.loads(args.labels.read_text()), args.projects, only, args.show, args.python, not args.lines_only
+    )
     print_table(counts, 14)
 
 

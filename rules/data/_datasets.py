@@ -19,8 +19,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.analysis import UNKNOWN, argument_for, command_line_default, iter_subtree, terminal_name
-
+from loopaudit.rule_api import (
+    UNKNOWN,
+    argument_for,
+    command_line_default,
+    iter_subtree,
+    terminal_name,
+)
 from loopaudit.rules.data._loaders import device_literal
 
 _DEFERRED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -31,32 +36,111 @@ _TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.dat
 # Calls whose result is a Python scalar or string whatever they are given.
 _SCALAR_CALLS = frozenset({"str", "repr", "len", "int", "float", "bool", "hash", "ord", "chr"})
 # Builtins that give Python data when what they are given is Python data.
-_PASSING_CALLS = frozenset({"min", "max", "abs", "round", "sorted", "reversed", "list", "tuple", "dict", "zip", "enumerate", "range"})
+_PASSING_CALLS = frozenset(
+    {"min", "max", "abs", "round", "sorted", "reversed", "list", "tuple", "dict", "zip", "enumerate", "range"}
+)
 # String methods (a tensor has none of them): their result is a string or a list of strings.
-_STRING_METHODS = frozenset({
-    "format", "join", "replace", "strip", "lstrip", "rstrip", "lower", "upper", "split", "rsplit", "title",
-    "capitalize", "casefold", "zfill", "splitlines", "removeprefix", "removesuffix",
-})
+_STRING_METHODS = frozenset(
+    {
+        "format",
+        "join",
+        "replace",
+        "strip",
+        "lstrip",
+        "rstrip",
+        "lower",
+        "upper",
+        "split",
+        "rsplit",
+        "title",
+        "capitalize",
+        "casefold",
+        "zfill",
+        "splitlines",
+        "removeprefix",
+        "removesuffix",
+    }
+)
 # Readers of formats that hold no tensors.
-_DATA_READERS = frozenset({
-    "json.load", "json.loads", "yaml.load", "yaml.safe_load", "yaml.full_load", "tomllib.load", "tomllib.loads",
-    "toml.load", "toml.loads",
-})
+_DATA_READERS = frozenset(
+    {
+        "json.load",
+        "json.loads",
+        "yaml.load",
+        "yaml.safe_load",
+        "yaml.full_load",
+        "tomllib.load",
+        "tomllib.loads",
+        "toml.load",
+        "toml.loads",
+    }
+)
 # Methods that put values into a container.
 _MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
 
 # What `__getitem__` may call and still only read what is in memory: builtins, string and
 # container methods, random choices of an index, and conversions of what it indexed to a tensor.
-_CHEAP_BUILTINS = _SCALAR_CALLS | _PASSING_CALLS | frozenset({"isinstance", "getattr", "hasattr", "sum", "any", "all", "divmod"})
-_CHEAP_METHODS = _STRING_METHODS | _MUTATORS | frozenset({
-    "items", "keys", "values", "get", "copy", "pop", "index", "count", "startswith", "endswith",
-})
-_CHEAP_TORCH = frozenset({"tensor", "as_tensor", "from_numpy", "stack", "cat", "LongTensor", "FloatTensor", "IntTensor", "BoolTensor", "Tensor"})
+_CHEAP_BUILTINS = (
+    _SCALAR_CALLS | _PASSING_CALLS | frozenset({"isinstance", "getattr", "hasattr", "sum", "any", "all", "divmod"})
+)
+_CHEAP_METHODS = (
+    _STRING_METHODS
+    | _MUTATORS
+    | frozenset(
+        {
+            "items",
+            "keys",
+            "values",
+            "get",
+            "copy",
+            "pop",
+            "index",
+            "count",
+            "startswith",
+            "endswith",
+        }
+    )
+)
+_CHEAP_TORCH = frozenset(
+    {
+        "tensor",
+        "as_tensor",
+        "from_numpy",
+        "stack",
+        "cat",
+        "LongTensor",
+        "FloatTensor",
+        "IntTensor",
+        "BoolTensor",
+        "Tensor",
+    }
+)
 # A collate function may also stack and reshape tensors (no reading, no decoding).
-_TENSOR_METHODS = frozenset({
-    "to", "float", "half", "double", "long", "int", "bool", "contiguous", "clone", "permute", "view", "reshape",
-    "squeeze", "unsqueeze", "flatten", "transpose", "repeat", "expand", "detach", "size", "dim",
-})
+_TENSOR_METHODS = frozenset(
+    {
+        "to",
+        "float",
+        "half",
+        "double",
+        "long",
+        "int",
+        "bool",
+        "contiguous",
+        "clone",
+        "permute",
+        "view",
+        "reshape",
+        "squeeze",
+        "unsqueeze",
+        "flatten",
+        "transpose",
+        "repeat",
+        "expand",
+        "detach",
+        "size",
+        "dim",
+    }
+)
 # Attributes of a device value that are not on the device themselves.
 _HOST_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "config", "is_cuda"})
 # Methods whose result is on the host (or a Python value), whatever they are called on.
@@ -186,8 +270,10 @@ def _note_item(stores: dict, container: cst.BaseExpression, value: cst.BaseExpre
         owner = found[1] if found is not None else scope  # the scope whose name it fills
         stores.setdefault(("item", id(owner), container.value), []).append((value, scope))
     elif (
-        isinstance(container, cst.Attribute) and isinstance(container.value, cst.Name)
-        and container.value.value == "self" and scope.owner_class is not None
+        isinstance(container, cst.Attribute)
+        and isinstance(container.value, cst.Name)
+        and container.value.value == "self"
+        and scope.owner_class is not None
     ):
         stores.setdefault(("self item", id(scope.owner_class), container.attr.value), []).append((value, scope))
 
@@ -302,7 +388,8 @@ class _PythonData:
         if info.name != "__init__":
             return False
         sites = [
-            site for site in self.ctx.index.calls
+            site
+            for site in self.ctx.index.calls
             if isinstance(site.call.func, cst.Name) and site.call.func.value == cls.name
         ]
         if not sites:
@@ -350,8 +437,11 @@ def dataset_on_device(call: cst.Call, ctx) -> bool:
     found = ctx.scope.lookup(dataset.value)
     owner = found[1] if found else None
     replaced = [
-        (key[1], value, where) for key, stored in _stores(ctx).items() if key[0] == "attribute"
-        for name, value, where in stored if name == dataset.value and where is owner
+        (key[1], value, where)
+        for key, stored in _stores(ctx).items()
+        if key[0] == "attribute"
+        for name, value, where in stored
+        if name == dataset.value and where is owner
     ]
     classes = _dataset_classes(call, ctx) if replaced else []
     read = set()
@@ -364,13 +454,14 @@ def dataset_on_device(call: cst.Call, ctx) -> bool:
 
 def _self_attributes_read(function) -> set[str]:
     return {
-        node.attr.value for node in iter_subtree(function.node.body, skip_inside=_DEFERRED)
+        node.attr.value
+        for node in iter_subtree(function.node.body, skip_inside=_DEFERRED)
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
     }
 
 
 def _names_device(expr: cst.BaseExpression, ctx) -> bool:
-    """"cuda", f"cuda:{rank}", `torch.device("cuda")`, `device`, `accelerator.device`, `self.device`."""
+    """ "cuda", f"cuda:{rank}", `torch.device("cuda")`, `device`, `accelerator.device`, `self.device`."""
     literal = device_literal(expr, ctx)
     if literal is not None:
         return literal

@@ -10,14 +10,36 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis import BATCH_FETCH, command_line_default, constant, dotted_name, FrameKind, iter_subtree, Kind, LoopInfo, next_of, terminal_name, UNKNOWN, unwrap_iterable
+from loopaudit.rule_api import (
+    BATCH_FETCH,
+    UNKNOWN,
+    FrameKind,
+    Kind,
+    LoopInfo,
+    dotted_name,
+    iter_subtree,
+    next_of,
+    terminal_name,
+    unwrap_iterable,
+)
 
 # The legacy typed constructors: `torch.LongTensor(b, n)` makes an uninitialised tensor of that size
 # on the host, `torch.FloatTensor(x)` copies the data given as its one argument.
-LEGACY_CONSTRUCTORS = frozenset({
-    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
-    "CharTensor", "ByteTensor", "BoolTensor", "Tensor",
-})
+LEGACY_CONSTRUCTORS = frozenset(
+    {
+        "FloatTensor",
+        "DoubleTensor",
+        "HalfTensor",
+        "BFloat16Tensor",
+        "LongTensor",
+        "IntTensor",
+        "ShortTensor",
+        "CharTensor",
+        "ByteTensor",
+        "BoolTensor",
+        "Tensor",
+    }
+)
 
 # Positions of DataLoader's positional parameters (persistent_workers is keyword-only).
 _POSITIONS = {"num_workers": 5, "pin_memory": 7}
@@ -138,12 +160,15 @@ def returned_step_uses(call: cst.Call, ctx):
 # Lightning's hooks that hand it a loader to iterate: the training one at every epoch, the others at
 # every validation, test or predict run (which, for validation, is every epoch too).
 _LIGHTNING_LOADER_HOOKS = {
-    "train_dataloader": "train", "val_dataloader": "eval", "test_dataloader": "eval", "predict_dataloader": "eval",
+    "train_dataloader": "train",
+    "val_dataloader": "eval",
+    "test_dataloader": "eval",
+    "predict_dataloader": "eval",
 }
 
 
 def lightning_loader_role(call: cst.Call, ctx) -> str | None:
-    """"train" or "eval" for a DataLoader returned by a LightningModule's or LightningDataModule's
+    """ "train" or "eval" for a DataLoader returned by a LightningModule's or LightningDataModule's
     `train_dataloader()` / `val_dataloader()` / ..., which Lightning's own loop iterates; else None."""
     function = ctx.frame.enclosing_function() if ctx.frame is not None else None
     role = _LIGHTNING_LOADER_HOOKS.get(function.name) if function is not None else None
@@ -195,7 +220,11 @@ def device_literal(expr: cst.BaseExpression, ctx) -> bool | None:
         text = expr.evaluated_value
         return isinstance(text, str) and text.startswith("cuda")
     if isinstance(expr, cst.FormattedString):
-        return bool(expr.parts) and isinstance(expr.parts[0], cst.FormattedStringText) and expr.parts[0].value.startswith("cuda")
+        return (
+            bool(expr.parts)
+            and isinstance(expr.parts[0], cst.FormattedStringText)
+            and expr.parts[0].value.startswith("cuda")
+        )
     if isinstance(expr, cst.Call):
         qualified = ctx.qualified_name(expr.func) or ""
         if qualified == "torch.device":
@@ -222,7 +251,9 @@ def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool
     if name is None:
         return False
     if isinstance(expr, cst.Attribute) and (ctx.qualified_name(expr) or "").split(".", 1)[0] in ("torch", "numpy"):
-        return False  # `torch.float16`, `torch.long`: a dtype (an imported settings object's `cfg.GLOBAL.DEVICE` is not)
+        return (
+            False  # `torch.float16`, `torch.long`: a dtype (an imported settings object's `cfg.GLOBAL.DEVICE` is not)
+        )
     if depth == 0 and ctx.kind(expr) is Kind.TENSOR:
         return True  # `.to(local_losses)`: to the device (and dtype) of a tensor on the GPU
     if isinstance(expr, cst.Name) and depth < 2:
@@ -246,8 +277,14 @@ def _is_device_expression(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool
 def _settings_read(call: cst.Call) -> bool:
     """`opts.get("device", "cuda")`, `kwargs.pop("device")`: a value read from a container of settings."""
     func = call.func
-    return isinstance(func, cst.Attribute) and func.attr.value in ("get", "pop") and bool(
-        re.search(r"(?i)(kwargs|opt|opts|args|config|cfg|conf|params|settings|options)$", terminal_name(func.value) or "")
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in ("get", "pop")
+        and bool(
+            re.search(
+                r"(?i)(kwargs|opt|opts|args|config|cfg|conf|params|settings|options)$", terminal_name(func.value) or ""
+            )
+        )
     )
 
 
@@ -262,7 +299,9 @@ def moves_to_device(call: cst.Call, ctx) -> cst.BaseExpression | None:
     if func.attr.value == "type":
         # The legacy move: `x.type(torch.cuda.FloatTensor)`, or YOLO's `dtype = torch.cuda.FloatTensor
         # if cuda else torch.FloatTensor` then `x.type(dtype)`.
-        blocking = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "non_blocking"), None)
+        blocking = next(
+            (a.value for a in call.args if a.keyword is not None and a.keyword.value == "non_blocking"), None
+        )
         if blocking is not None and not (isinstance(blocking, cst.Name) and blocking.value == "False"):
             return None
         first = call.args[0].value if call.args and call.args[0].keyword is None else None
@@ -336,9 +375,7 @@ def is_host_batch(expr: cst.BaseExpression, ctx) -> bool:
     if any(_computed_by_torch(origin, ctx) for origin in origins):
         return False  # made by the script (`torch.tensor(state)`, `torch.triu(...)`), not drawn from a loader
     prepared = _prepared_loaders(ctx)
-    if prepared and any(
-        terminal_name(inner) in prepared for origin in origins for inner in unwrap_iterable(origin)
-    ):
+    if prepared and any(terminal_name(inner) in prepared for origin in origins for inner in unwrap_iterable(origin)):
         return False  # `accelerator.prepare(loader)`: the framework already moved the batch
     kind = ctx.kind(expr)
     if kind is Kind.HOST_TENSOR:
@@ -375,10 +412,26 @@ def _reshapes_itself(binding, name: str, ctx) -> bool:
     return isinstance(first, cst.Name) and first.value == name
 
 
-_FACTORIES = frozenset({
-    "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty", "full", "arange", "linspace",
-    "logspace", "rand", "randn", "randint", "randperm", "eye",
-})
+_FACTORIES = frozenset(
+    {
+        "tensor",
+        "as_tensor",
+        "asarray",
+        "from_numpy",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "linspace",
+        "logspace",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+    }
+)
 # Factories that convert data they are given (rather than make a new tensor).
 _CONVERSIONS = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
 # Framework calls that hand a loader back wrapped so that its batches arrive on the device.
@@ -399,8 +452,10 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
     if not qualified.startswith("torch.") or qualified.startswith("torch.utils."):
         return False
     first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
-    if (qualified[6:] in _CONVERSIONS or _is_legacy_conversion(qualified, expr)) and first is not None and (
-        _drawn_from_loader(first, ctx) or _step_data(first, ctx) or _handed_in(first, ctx)
+    if (
+        (qualified[6:] in _CONVERSIONS or _is_legacy_conversion(qualified, expr))
+        and first is not None
+        and (_drawn_from_loader(first, ctx) or _step_data(first, ctx) or _handed_in(first, ctx))
     ):
         # `torch.from_numpy(batch["image"])`, `torch.FloatTensor(np.transpose(img_batch, ...))` of
         # what the step loop draws, `torch.FloatTensor(self.state[ind])` of a replay buffer's sample:
@@ -453,8 +508,11 @@ _SAMPLERS = frozenset({"randint", "choice", "sample", "permutation", "randperm",
 def _is_legacy_conversion(qualified: str, call: cst.Call) -> bool:
     positional = [arg for arg in call.args if arg.keyword is None]
     return (
-        qualified.count(".") == 1 and qualified[6:] in LEGACY_CONSTRUCTORS and len(positional) == 1
-        and not positional[0].star and not isinstance(positional[0].value, (cst.Integer, cst.List, cst.Tuple))
+        qualified.count(".") == 1
+        and qualified[6:] in LEGACY_CONSTRUCTORS
+        and len(positional) == 1
+        and not positional[0].star
+        and not isinstance(positional[0].value, (cst.Integer, cst.List, cst.Tuple))
     )
 
 
@@ -478,8 +536,13 @@ def _step_data(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
                 ctx.steps.walks_data(binding.loop) or ctx.steps.is_loader(binding.value, ctx.scope)
             ):
                 return True
-            if binding.kind in ("value", "element") and ctx.steps.walks_data(binding.loop) and (
-                node.value in ctx.steps.drawn_in(binding.loop) or (depth < 3 and _step_data(binding.value, ctx, depth + 1))
+            if (
+                binding.kind in ("value", "element")
+                and ctx.steps.walks_data(binding.loop)
+                and (
+                    node.value in ctx.steps.drawn_in(binding.loop)
+                    or (depth < 3 and _step_data(binding.value, ctx, depth + 1))
+                )
             ):
                 return True
             if binding.kind in ("value", "element") and _fetches_a_batch(binding.value):
@@ -517,7 +580,11 @@ def _handed_in(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
     while True:
         if isinstance(expr, cst.Attribute) and expr.attr.value in _TENSOR_READS:
             return False
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _TENSOR_READS:
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in _TENSOR_READS
+        ):
             return False
         if isinstance(expr, (cst.Subscript, cst.Attribute)):
             expr = expr.value
@@ -526,7 +593,11 @@ def _handed_in(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
             if first is None:
                 return False
             expr = first  # `np.stack(batch.state)`, `np.array(obs)`
-        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and ctx.qualified_name(expr.func) is None:
+        elif (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and ctx.qualified_name(expr.func) is None
+        ):
             expr = expr.func.value  # `obs.reshape(1, -1)`, `x.astype(np.float32)`
         else:
             break
@@ -548,7 +619,8 @@ def _sampled_index(name: cst.Name, ctx) -> bool:
     found = ctx.scope.lookup(name.value)
     values = [b.value for b in found[0] if b.kind == "value"] if found else []
     return bool(values) and all(
-        isinstance(v, cst.Call) and terminal_name(v.func) in _SAMPLERS
+        isinstance(v, cst.Call)
+        and terminal_name(v.func) in _SAMPLERS
         and (ctx.qualified_name(v.func) or "").startswith(("numpy.random", "random.", "torch."))
         for v in values
     )
@@ -571,7 +643,8 @@ def _is_constant_data(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.List, cst.Tuple)):
         # (an element that is a plain name is a value the script holds: `[x0, y0]`)
         return all(
-            isinstance(element.value, (cst.Name, cst.UnaryOperation, cst.BinaryOperation)) or _is_constant_data(element.value)
+            isinstance(element.value, (cst.Name, cst.UnaryOperation, cst.BinaryOperation))
+            or _is_constant_data(element.value)
             for element in expr.elements
         )
     return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.ListComp))
@@ -654,7 +727,8 @@ def _names_prepared(ctx) -> frozenset[str]:
             if bound:
                 names.add(bound[0].split(".")[-1])
             names.update(
-                name for name, bindings in site.scope.assignments.items()
+                name
+                for name, bindings in site.scope.assignments.items()
                 if any(b.kind == "element" and b.value is site.call for b in bindings)
             )
     names.discard(None)
@@ -664,9 +738,12 @@ def _names_prepared(ctx) -> frozenset[str]:
 # --- Accelerate's batch placement ---------------------------------------------------------------
 
 _ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
-_LOADER_CONFIGURATIONS = frozenset({
-    "accelerate.utils.DataLoaderConfiguration", "accelerate.utils.dataclasses.DataLoaderConfiguration",
-})
+_LOADER_CONFIGURATIONS = frozenset(
+    {
+        "accelerate.utils.DataLoaderConfiguration",
+        "accelerate.utils.dataclasses.DataLoaderConfiguration",
+    }
+)
 
 
 def accelerate_placement(call: cst.Call, ctx) -> str | None:
@@ -704,7 +781,9 @@ def _prepared_by_accelerator(call: cst.Call, ctx, accelerators: list[cst.Call]) 
 
 
 def _non_blocking_configuration(accelerator: cst.Call, ctx) -> bool:
-    config = next((a.value for a in accelerator.args if a.keyword is not None and a.keyword.value == "dataloader_config"), None)
+    config = next(
+        (a.value for a in accelerator.args if a.keyword is not None and a.keyword.value == "dataloader_config"), None
+    )
     if isinstance(config, cst.Name):
         site = ctx.steps.call_site(accelerator)
         found = (site.scope if site is not None else ctx.index.module_scope).lookup(config.value)
@@ -713,6 +792,8 @@ def _non_blocking_configuration(accelerator: cst.Call, ctx) -> bool:
     if not isinstance(config, cst.Call) or (ctx.qualified_name(config.func) or "") not in _LOADER_CONFIGURATIONS:
         return False
     return any(
-        a.keyword is not None and a.keyword.value == "non_blocking" and not (isinstance(a.value, cst.Name) and a.value.value == "False")
+        a.keyword is not None
+        and a.keyword.value == "non_blocking"
+        and not (isinstance(a.value, cst.Name) and a.value.value == "False")
         for a in config.args
     )

@@ -1,17 +1,36 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.analysis import Kind
-from loopaudit.rule_api.edits import TRUE, with_keyword
-from loopaudit.rule_api.rule import Fix, Report, Rule
+from loopaudit.rule_api import TRUE, Fix, Kind, Report, Rule, RuleContext, with_keyword
 from loopaudit.rules.data._loaders import is_host_batch, moves_to_device
-from loopaudit.rules.data.created_on_host import DTYPE_METHODS, host_created, kept_attribute
+from loopaudit.rules.data.created_on_host import (
+    DTYPE_METHODS,
+    host_created,
+    kept_attribute,
+)
 
-_CREATION = frozenset({
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand",
-    "randn", "randint", "randperm", "eye", "asarray",
-})
+_CREATION = frozenset(
+    {
+        "tensor",
+        "as_tensor",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "linspace",
+        "logspace",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+        "asarray",
+    }
+)
 
 
 def _created_here(expr: cst.BaseExpression, ctx) -> bool:
@@ -41,9 +60,9 @@ class BlockingBatchCopy(Rule):
         "DataLoader, or from whatever a training loop iterates, and has not been moved yet) in code that runs once per training or evaluation step of a CUDA script, when "
         "`non_blocking=True` is not passed. This includes moves inside a comprehension over the batch, "
         "such as `{k: v.to(device) for k, v in batch.items()}`, batches drawn with `next(train_iter)`, and "
-        "batches converted first (`torch.from_numpy(batch[\"image\"]).to(device)`), also when the batch is handed to "
+        'batches converted first (`torch.from_numpy(batch["image"]).to(device)`), also when the batch is handed to '
         "the function that converts it (`update_params(batch)`: `torch.from_numpy(np.stack(batch.state)).to(device)`). Moving the model or a module "
-        "(`model.to(device)`), dtype conversions (`.to(torch.float16)`), `.to(\"cpu\")` and moves of "
+        '(`model.to(device)`), dtype conversions (`.to(torch.float16)`), `.to("cpu")` and moves of '
         "tensors the script creates itself (LA205) are not flagged, nor are batches of a loader that HF Accelerate "
         "or Fabric prepared (`accelerator.prepare(...)`, `fabric.setup_dataloaders(...)`, also unpacked under new "
         "names), which arrive on the device already. Nor is a tensor an object keeps from its `__init__` "
@@ -177,7 +196,7 @@ class BlockingBatchCopy(Rule):
         "device = 'cuda'\n"
         "fixed_x, _ = next(iter(val_loader))\n"
         "fixed_x = fixed_x.to(device)\n"
-        "model.to(device)\n",        # HF Accelerate puts the batches of a prepared loader on the device itself: unpacked under new
+        "model.to(device)\n",  # HF Accelerate puts the batches of a prepared loader on the device itself: unpacked under new
         # names, under the same names (the HF examples), and prepared alone.
         "import torch\n"
         "from accelerate import Accelerator\n"
@@ -438,7 +457,7 @@ class BlockingBatchCopy(Rule):
     confirmable_on_cpu = False  # a CPU run never copies to a device
     node_types = (cst.Call,)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         receiver = moves_to_device(node, ctx)
         if receiver is None or _created_here(receiver, ctx) or not is_host_batch(receiver, ctx):
             return
@@ -461,7 +480,9 @@ def _host_conversion(receiver: cst.BaseExpression, move: cst.Call) -> cst.Call |
     if move.func.attr.value not in ("to", "cuda") or not isinstance(receiver, cst.Call):
         return None
     func = receiver.func
-    return receiver if isinstance(func, cst.Attribute) and func.attr.value in DTYPE_METHODS and not receiver.args else None
+    return (
+        receiver if isinstance(func, cst.Attribute) and func.attr.value in DTYPE_METHODS and not receiver.args else None
+    )
 
 
 def _converted_first(move: cst.Call, conversion: cst.Call, ctx) -> Report:
@@ -479,10 +500,14 @@ def _converted_first(move: cst.Call, conversion: cst.Call, ctx) -> Report:
     target = [a.value for a in move.args if a.keyword is None or a.keyword.value == "device"]
     blocking = [a for a in move.args if a.keyword is not None and a.keyword.value == "non_blocking"]
     if move.func.attr.value == "to" and (
-        len(target) != 1 or len(move.args) != 1 + len(blocking) or ctx.kind(target[0]) in (Kind.TENSOR, Kind.HOST_TENSOR)
+        len(target) != 1
+        or len(move.args) != 1 + len(blocking)
+        or ctx.kind(target[0]) in (Kind.TENSOR, Kind.HOST_TENSOR)
     ):
         return Report(move, message)
-    copied = with_keyword(move.with_changes(func=move.func.with_changes(value=conversion.func.value)), "non_blocking", TRUE)
+    copied = with_keyword(
+        move.with_changes(func=move.func.with_changes(value=conversion.func.value)), "non_blocking", TRUE
+    )
     rewritten = conversion.with_changes(func=conversion.func.with_changes(value=copied))
     written = ctx.source(rewritten, 60)
     return Report(
@@ -490,5 +515,3 @@ def _converted_first(move: cst.Call, conversion: cst.Call, ctx) -> Report:
         f"{message} (`{written}`)",
         fix=Fix(f"copy first, convert after: `{written}`", ((move, rewritten),), safe=False),
     )
-
-

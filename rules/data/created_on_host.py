@@ -1,20 +1,44 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.rule import Report, Rule
-from loopaudit.analysis import holds, iter_subtree, Kind, terminal_name
-
-from loopaudit.rules.data._loaders import LEGACY_CONSTRUCTORS, is_host_batch, moves_to_device
+from loopaudit.rule_api import (
+    Kind,
+    Report,
+    Rule,
+    RuleContext,
+    holds,
+    iter_subtree,
+    terminal_name,
+)
+from loopaudit.rules.data._loaders import (
+    LEGACY_CONSTRUCTORS,
+    is_host_batch,
+    moves_to_device,
+)
 
 # The dtype conversions of a tensor, as methods: `x.float()` makes a new tensor where `x` is.
 DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"})
 
 # Factories that can fill the tensor on the device itself (a kernel, no copy) when given `device=`.
-_FACTORIES = frozenset({
-    "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand", "randn", "randint",
-    "randperm", "eye",
-})
+_FACTORIES = frozenset(
+    {
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "linspace",
+        "logspace",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "eye",
+    }
+)
 # Factories from Python data: flagged only for constants (data the script computes must be copied anyway).
 _FROM_DATA = frozenset({"tensor", "as_tensor", "from_numpy"})
 
@@ -24,7 +48,11 @@ def _is_fill(expr: cst.BaseExpression) -> bool:
     if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply)):
         return False
     for side in (expr.left, expr.right):
-        if isinstance(side, cst.List) and len(side.elements) == 1 and not isinstance(side.elements[0], cst.StarredElement):
+        if (
+            isinstance(side, cst.List)
+            and len(side.elements) == 1
+            and not isinstance(side.elements[0], cst.StarredElement)
+        ):
             return isinstance(side.elements[0].value, (cst.Name, cst.Attribute, cst.Integer, cst.Float))
     return False
 
@@ -40,7 +68,10 @@ def _legacy_host_creation(call: cst.Call) -> bool:
         # `torch.LongTensor(n)` is a size, `torch.LongTensor(tokens)` data the script computed: only a
         # number written out, or a `range(...)` (an arange), can be told apart.
         return isinstance(positional[0], cst.Integer) or _is_range(positional[0])
-    return all(isinstance(arg, (cst.Integer, cst.Name, cst.Attribute, cst.BinaryOperation)) or _is_size(arg) for arg in positional)
+    return all(
+        isinstance(arg, (cst.Integer, cst.Name, cst.Attribute, cst.BinaryOperation)) or _is_size(arg)
+        for arg in positional
+    )
 
 
 def _is_size(expr: cst.BaseExpression) -> bool:
@@ -50,7 +81,9 @@ def _is_size(expr: cst.BaseExpression) -> bool:
         return (isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel", "dim")) or (
             isinstance(func, cst.Name) and func.value == "len"
         )
-    return isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
+    return (
+        isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
+    )
 
 
 def _lists_sizes(expr: cst.BaseExpression) -> bool:
@@ -59,8 +92,10 @@ def _lists_sizes(expr: cst.BaseExpression) -> bool:
     if not isinstance(expr, (cst.List, cst.Tuple)) or not expr.elements:
         return False
     values = [e.value for e in expr.elements if not isinstance(e, cst.StarredElement)]
-    return len(values) == len(expr.elements) and any(_is_size(v) for v in values) and all(
-        _is_size(v) or _is_constant(v) for v in values
+    return (
+        len(values) == len(expr.elements)
+        and any(_is_size(v) for v in values)
+        and all(_is_size(v) or _is_constant(v) for v in values)
     )
 
 
@@ -77,7 +112,9 @@ def _is_constant(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         return _is_constant(expr.expression)
     if isinstance(expr, (cst.List, cst.Tuple)):
-        return bool(expr.elements) and all(_is_constant(e.value) for e in expr.elements if not isinstance(e, cst.StarredElement))
+        return bool(expr.elements) and all(
+            _is_constant(e.value) for e in expr.elements if not isinstance(e, cst.StarredElement)
+        )
     return False
 
 
@@ -85,7 +122,9 @@ def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
-def _host_creation(expr: cst.BaseExpression, ctx, scope=None, depth: int = 0, assumed: frozenset = frozenset()) -> cst.Call | None:
+def _host_creation(
+    expr: cst.BaseExpression, ctx, scope=None, depth: int = 0, assumed: frozenset = frozenset()
+) -> cst.Call | None:
     """The `torch.<factory>(...)` call at the root of `expr` when `expr` is a tensor built on the host
     from factories alone, else None. The value is followed through tensor methods (`.float()`,
     `.unsqueeze(0)`), indexing (`coords[None]`), arithmetic with numbers (`torch.arange(n) + offset`),
@@ -165,7 +204,9 @@ def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, as
         for arg in call.args:
             if arg.keyword is not None:
                 continue
-            values = [e.value for e in arg.value.elements] if isinstance(arg.value, (cst.List, cst.Tuple)) else [arg.value]
+            values = (
+                [e.value for e in arg.value.elements] if isinstance(arg.value, (cst.List, cst.Tuple)) else [arg.value]
+            )
             for value in values:
                 made = _host_made(value, ctx, scope, depth + 1, assumed)
                 if made is None and not _stays_on_host(value, ctx, scope):
@@ -185,8 +226,13 @@ def _torch_call_on_host(call: cst.Call, factory: str, ctx, scope, depth: int, as
     if factory in _FROM_DATA:
         data = call.args[0].value if call.args and call.args[0].keyword is None else None
         if data is None or not (
-            _is_constant(data) or _is_fill(data) or _is_range(data) or _lists_sizes(data) or _numpy_constant(data, ctx)
-            or _named_constant(data, ctx) or _numpy_random(data, ctx)
+            _is_constant(data)
+            or _is_fill(data)
+            or _is_range(data)
+            or _lists_sizes(data)
+            or _numpy_constant(data, ctx)
+            or _named_constant(data, ctx)
+            or _numpy_random(data, ctx)
         ):
             return None
     return call
@@ -292,6 +338,7 @@ def _named_host_creation(expr: cst.BaseExpression, ctx) -> cst.Call | None:
 def _written_in_place(body: cst.CSTNode, name: str, ctx, before: int | None = None) -> bool:
     """Is the host tensor written to in place (before the move that rebinds the name, if `before` is
     its order: after it, a write such as `conf_t[pos] = 1` writes into the moved tensor)?"""
+
     def early(read: cst.Name) -> bool:
         use = ctx.index.uses.get(id(read)) if before is not None else None
         return use is None or use[0] < before
@@ -657,7 +704,7 @@ class CreatedOnHostThenMoved(Rule):
     confirmable_on_cpu = False  # a CPU run never copies to a device
     node_types = (cst.Call,)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         receiver = moves_to_device(node, ctx) or _typed_as_device_tensor(node, ctx)
         if receiver is None:
             return
@@ -731,15 +778,27 @@ def host_created(receiver: cst.BaseExpression, ctx) -> cst.Call | None:
 # --- what to write instead ----------------------------------------------------------------------
 
 _LEGACY_DTYPES = {
-    "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16", "BFloat16Tensor": "bfloat16",
-    "LongTensor": "long", "IntTensor": "int32", "ShortTensor": "int16", "CharTensor": "int8", "ByteTensor": "uint8",
-    "BoolTensor": "bool", "Tensor": "float32",
+    "FloatTensor": "float32",
+    "DoubleTensor": "float64",
+    "HalfTensor": "float16",
+    "BFloat16Tensor": "bfloat16",
+    "LongTensor": "long",
+    "IntTensor": "int32",
+    "ShortTensor": "int16",
+    "CharTensor": "int8",
+    "ByteTensor": "uint8",
+    "BoolTensor": "bool",
+    "Tensor": "float32",
 }
 
 
 def _legacy_constant(call: cst.Call) -> bool:
     """`torch.FloatTensor([0.5, 0.5])`: values written out, the same every step."""
-    return len(call.args) == 1 and isinstance(call.args[0].value, (cst.List, cst.Tuple)) and _is_constant(call.args[0].value)
+    return (
+        len(call.args) == 1
+        and isinstance(call.args[0].value, (cst.List, cst.Tuple))
+        and _is_constant(call.args[0].value)
+    )
 
 
 def _legacy_replacement(call: cst.Call, factory: str) -> str:
@@ -785,8 +844,10 @@ def kept_attribute(expr: cst.BaseExpression, ctx) -> str | None:
     cls = function.class_info if function is not None else None
     if cls is None:
         return None
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and (
-        not expr.args and expr.func.attr.value in DTYPE_METHODS | _COPIES or is_dtype_conversion(expr, ctx)
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and ((not expr.args and expr.func.attr.value in DTYPE_METHODS | _COPIES) or is_dtype_conversion(expr, ctx))
     ):
         expr = expr.func.value
     if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"):
@@ -806,7 +867,9 @@ def _kept_advice(node: cst.Call, ctx, kept: str) -> str:
     """A model registers a buffer; any other object moves the tensor to the device once, in `__init__`."""
     if model_class(ctx) is not None:
         return register_buffer_advice(node, ctx, kept)
-    return f"move it to the device once, in `__init__` (`self.{kept} = ....to(device)`), or build it there with `device=`"
+    return (
+        f"move it to the device once, in `__init__` (`self.{kept} = ....to(device)`), or build it there with `device=`"
+    )
 
 
 def _attribute_bindings(cls, name: str, ctx, depth: int) -> list:
@@ -824,23 +887,41 @@ def register_buffer_advice(node: cst.Call, ctx, kept: str | None = None) -> str:
     non-persistent one stays out of checkpoints, so that they load as before."""
     if kept is not None:
         return (
-            f"register it in `__init__` with `self.register_buffer(\"{kept}\", ..., persistent=False)` instead of "
+            f'register it in `__init__` with `self.register_buffer("{kept}", ..., persistent=False)` instead of '
             f"`self.{kept} = ...`, so that `model.to(device)` moves it once, with the model"
         )
     bound = ctx.index.bound_names.get(id(node))
     name = bound[0].rsplit(".", 1)[-1] if bound else "name"
     return (
-        f"build it once in `__init__` as a buffer, `self.register_buffer(\"{name}\", ..., persistent=False)`, "
+        f'build it once in `__init__` as a buffer, `self.register_buffer("{name}", ..., persistent=False)`, '
         "so that `model.to(device)` moves it once, with the model"
     )
 
 
 # Calls whose result differs from one call to the next: no buffer can hold them.
-_RANDOM = frozenset({
-    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli",
-    "multinomial", "poisson", "normal_", "uniform_", "bernoulli_", "random_", "exponential_", "geometric_",
-    "cauchy_", "log_normal_",
-})
+_RANDOM = frozenset(
+    {
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "normal",
+        "bernoulli",
+        "multinomial",
+        "poisson",
+        "normal_",
+        "uniform_",
+        "bernoulli_",
+        "random_",
+        "exponential_",
+        "geometric_",
+        "cauchy_",
+        "log_normal_",
+    }
+)
 
 
 def built_from_constants(expr: cst.BaseExpression, ctx, scope, depth: int = 0, busy: frozenset = frozenset()) -> bool:

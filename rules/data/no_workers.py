@@ -1,15 +1,25 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
-from loopaudit.rule_api.rule import Report, Rule
-
-from loopaudit.rules.data._datasets import ASSIGNMENTS, dataset_in_memory, dataset_on_device
+from loopaudit.rule_api import UNKNOWN, Report, Rule, RuleContext, command_line_default, constant
+from loopaudit.rules.data._datasets import (
+    ASSIGNMENTS,
+    dataset_in_memory,
+    dataset_on_device,
+)
 from loopaudit.rules.data._loaders import (
-    UNKNOWN, command_line_default, constant, enclosing_function_name, is_dataloader, lightning_loader_role, loader_argument, loop_trains,
-    remote_step_loops, returned_step_uses, step_loops,
+    enclosing_function_name,
+    is_dataloader,
+    lightning_loader_role,
+    loader_argument,
+    loop_trains,
+    remote_step_loops,
+    returned_step_uses,
+    step_loops,
 )
 
 _TRAIN_NAME = re.compile(r"(?i)train")
@@ -95,7 +105,7 @@ class TrainingLoaderWithoutWorkers(Rule):
         "Usually safe, but workers are separate processes: the dataset must be picklable (no lambdas or "
         "open handles in it) under the `spawn` start method, augmentations that draw from NumPy's global "
         "random generator need per-worker seeding (`worker_init_fn`), and on "
-        "Windows and macOS the script's entry point must be guarded by `if __name__ == \"__main__\":`."
+        'Windows and macOS the script\'s entry point must be guarded by `if __name__ == "__main__":`.'
     )
     valid = (
         "import torch\n"
@@ -239,7 +249,7 @@ class TrainingLoaderWithoutWorkers(Rule):
     node_types = (cst.Call, *ASSIGNMENTS)
     needs_step = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if not isinstance(node, cst.Call) or not is_dataloader(node, ctx):
             return
         workers = loader_argument(node, "num_workers", ctx)

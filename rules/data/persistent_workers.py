@@ -1,12 +1,29 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.analysis import CPU_COUNT, argument_for, counts_cpus, drawn_from, FrameKind, terminal_name
-from loopaudit.rule_api.rule import Report, Rule
-
+from loopaudit.rule_api import (
+    CPU_COUNT,
+    UNKNOWN,
+    FrameKind,
+    Report,
+    Rule,
+    RuleContext,
+    argument_for,
+    command_line_default,
+    constant,
+    counts_cpus,
+    drawn_from,
+    terminal_name,
+)
 from loopaudit.rules.data._loaders import (
-    UNKNOWN, command_line_default, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops, returned_step_uses,
+    is_dataloader,
+    lightning_loader_role,
+    loader_argument,
+    remote_step_loops,
+    returned_step_uses,
     step_loops,
 )
 
@@ -74,7 +91,9 @@ class WorkersRespawnedEachEpoch(Rule):
     code = "LA204"
     name = "workers-respawned-each-epoch"
     summary = "`DataLoader(..., num_workers>0)` iterated every epoch without `persistent_workers=True`."
-    message = "this DataLoader starts its worker processes again at every epoch: the training loop waits while they start"
+    message = (
+        "this DataLoader starts its worker processes again at every epoch: the training loop waits while they start"
+    )
     suggestion = "pass `persistent_workers=True` so the workers (and the dataset copies they hold) live across epochs"
     what_it_flags = (
         "A `DataLoader(...)`, on any device, with a `num_workers` that is a positive number (a literal, "
@@ -82,7 +101,7 @@ class WorkersRespawnedEachEpoch(Rule):
         "script declares, or whose default counts the CPUs, `mp.cpu_count() - 1`; also a helper's parameter that every caller, in this module or another of the "
         "scanned project, fills with such a value, and simple arithmetic on it such as "
         "`int(num_workers / 2)`; arguments gathered in a dict literal or `dict(...)` and passed as "
-        "`**loader_args` are read too; so is a configuration key, `config[\"num_workers\"]` or `cfg.num_workers`, "
+        '`**loader_args` are read too; so is a configuration key, `config["num_workers"]` or `cfg.num_workers`, '
         "that at least three in four of the repository's YAML files setting it set to a positive number), "
         "when `persistent_workers` is not passed or is `False`, and a step loop "
         "iterates the same loader object again and again: inside an epoch loop, or in a function called "
@@ -348,7 +367,7 @@ class WorkersRespawnedEachEpoch(Rule):
     needs_step = False
     needs_cuda = False  # starting the workers again stalls a CPU training loop as much as a GPU one
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if not is_dataloader(node, ctx):
             return
         workers = loader_argument(node, "num_workers", ctx)

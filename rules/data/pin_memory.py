@@ -1,14 +1,33 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.edits import TRUE, keyword_value, with_keyword
-from loopaudit.rule_api.rule import Fix, Report, Rule
-
-from loopaudit.rules.data._datasets import ASSIGNMENTS, dataset_on_device, yields_python_data
+from loopaudit.rule_api import (
+    TRUE,
+    UNKNOWN,
+    Fix,
+    Report,
+    Rule,
+    RuleContext,
+    constant,
+    keyword_value,
+    with_keyword,
+)
+from loopaudit.rules.data._datasets import (
+    ASSIGNMENTS,
+    dataset_on_device,
+    yields_python_data,
+)
 from loopaudit.rules.data._loaders import (
-    UNKNOWN, accelerate_placement, constant, is_dataloader, lightning_loader_role, loader_argument, remote_step_loops,
-    returned_step_uses, step_loops,
+    accelerate_placement,
+    is_dataloader,
+    lightning_loader_role,
+    loader_argument,
+    remote_step_loops,
+    returned_step_uses,
+    step_loops,
 )
 
 
@@ -193,14 +212,16 @@ class DataLoaderWithoutPinMemory(Rule):
     node_types = (cst.Call, *ASSIGNMENTS)
     needs_step = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if not isinstance(node, cst.Call) or not is_dataloader(node, ctx):
             return
         pin = loader_argument(node, "pin_memory", ctx)
         if pin is UNKNOWN or (pin is not None and constant(pin, ctx) is not False):
             return
         if (
-            not step_loops(node, ctx) and not remote_step_loops(node, ctx) and not returned_step_uses(node, ctx)
+            not step_loops(node, ctx)
+            and not remote_step_loops(node, ctx)
+            and not returned_step_uses(node, ctx)
             and lightning_loader_role(node, ctx) is None
         ):
             return

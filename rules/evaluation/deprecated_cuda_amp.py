@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.edits import with_first_argument
-from loopaudit.rule_api.rule import Fix, Report, Rule
+from loopaudit.rule_api import Fix, Report, Rule, RuleContext, with_first_argument
 
 # What each deprecated name is replaced by; the `torch.cuda.amp` classes are thin subclasses of these.
 _REPLACEMENTS = {
@@ -30,7 +31,7 @@ class DeprecatedCudaAmp(Rule):
     why_it_costs = (
         "Since PyTorch 2.4 both names are wrappers marked `@deprecated(..., category=FutureWarning)`: "
         "constructing one emits `FutureWarning: torch.cuda.amp.autocast(args...) is deprecated. Please use "
-        "torch.amp.autocast(\"cuda\", args...) instead.` An autocast context built once per step goes "
+        'torch.amp.autocast("cuda", args...) instead.` An autocast context built once per step goes '
         "through the warnings machinery every step (Python prints it once per call site, but still looks it "
         "up), the log fills with warnings that hide real ones, and a run with `-W error` or "
         "`filterwarnings = error` (common in test suites) fails. The deprecated names are slated for "
@@ -46,18 +47,18 @@ class DeprecatedCudaAmp(Rule):
     )
     use_instead = (
         "import torch\n"
-        "scaler = torch.amp.GradScaler(\"cuda\")\n"
+        'scaler = torch.amp.GradScaler("cuda")\n'
         "for x, y in loader:\n"
-        "    with torch.amp.autocast(\"cuda\"):\n"
+        '    with torch.amp.autocast("cuda"):\n'
         "        loss = criterion(model(x), y)\n"
         "    scaler.scale(loss).backward()\n"
     )
     fix_safety = (
         "Fixed by `--fix` (safe) where the call is written out (`torch.cuda.amp.autocast(...)`, any alias "
-        "of torch): it becomes `torch.amp.autocast(\"cuda\", ...)`. Calls through names imported from "
+        'of torch): it becomes `torch.amp.autocast("cuda", ...)`. Calls through names imported from '
         "`torch.cuda.amp`, and autocast calls with positional arguments, are left to you. Safe to rewrite by hand: `torch.cuda.amp.autocast(args...)` is defined as "
-        "`torch.amp.autocast(\"cuda\", args...)` and `torch.cuda.amp.GradScaler(args...)` as "
-        "`torch.amp.GradScaler(\"cuda\", args...)`. Code that must run on PyTorch older than 2.3 (where "
+        '`torch.amp.autocast("cuda", args...)` and `torch.cuda.amp.GradScaler(args...)` as '
+        '`torch.amp.GradScaler("cuda", args...)`. Code that must run on PyTorch older than 2.3 (where '
         "`torch.amp.GradScaler` does not exist) should keep a version check."
     )
     valid = (
@@ -116,7 +117,7 @@ class DeprecatedCudaAmp(Rule):
     needs_cuda = False
     text_hint = r"cuda\.amp\b|from\s+torch\.cuda\s+import[^\n]*\bamp\b"
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         qualified = ctx.qualified_name(node.func)
         replacement = _REPLACEMENTS.get(qualified or "")
         if replacement is None:
@@ -125,7 +126,7 @@ class DeprecatedCudaAmp(Rule):
         what = f"`{written}`" if written == qualified else f"`{written}` (`{qualified}`)"
         yield Report(
             node,
-            f"{what} is deprecated and emits a FutureWarning since PyTorch 2.4: use `{replacement}(\"cuda\", ...)`",
+            f'{what} is deprecated and emits a FutureWarning since PyTorch 2.4: use `{replacement}("cuda", ...)`',
             fix=_fix(node, replacement),
         )
 
@@ -138,8 +139,10 @@ def _fix(call: cst.Call, replacement: str) -> Fix | None:
     func = call.func
     if not (
         isinstance(func, cst.Attribute)
-        and isinstance(func.value, cst.Attribute) and func.value.attr.value == "amp"
-        and isinstance(func.value.value, cst.Attribute) and func.value.value.attr.value == "cuda"
+        and isinstance(func.value, cst.Attribute)
+        and func.value.attr.value == "amp"
+        and isinstance(func.value.value, cst.Attribute)
+        and func.value.value.attr.value == "cuda"
     ):
         return None
     name = replacement.rsplit(".", 1)[1]
@@ -148,4 +151,4 @@ def _fix(call: cst.Call, replacement: str) -> Fix | None:
     torch_root = func.value.value.value
     new_func = cst.Attribute(value=cst.Attribute(value=torch_root, attr=cst.Name("amp")), attr=cst.Name(name))
     new_call = with_first_argument(call.with_changes(func=new_func), cst.SimpleString('"cuda"'))
-    return Fix(f"use `{replacement}(\"cuda\", ...)`", ((call, new_call),))
+    return Fix(f'use `{replacement}("cuda", ...)`', ((call, new_call),))

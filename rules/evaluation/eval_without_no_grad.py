@@ -1,14 +1,25 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
-from loopaudit.analysis import (
-    EVALUATION_FUNCTION, FORWARD_CALLEE, FrameKind, Kind, is_inference_method, is_training_call, iter_subtree, runs_a_model,
+from loopaudit.rule_api import (
+    EVALUATION_FUNCTION,
+    FORWARD_CALLEE,
+    FrameKind,
+    Group,
+    Kind,
+    Report,
+    Rule,
+    RuleContext,
+    is_inference_method,
+    is_training_call,
+    iter_subtree,
+    runs_a_model,
     terminal_name,
 )
-from loopaudit.rule_api.rule import Group, Report, Rule
 
 # Callees that compute a loss or metric from outputs rather than run the model.
 _NOT_A_MODEL = re.compile(r"(?i)criterion|loss|metric")
@@ -265,7 +276,7 @@ class EvalWithoutNoGrad(Rule):
     needs_step = False
     needs_cuda = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if isinstance(node, cst.Call):
             yield from _evaluation_in_step(node, ctx)
             return
@@ -281,7 +292,9 @@ class EvalWithoutNoGrad(Rule):
         # Reported at the forward passes, where the graph is recorded (and where people who label
         # training code put this problem), as one finding: one `no_grad` around the loop fixes them all.
         group = Group(
-            id(loop.node), noun="forward pass", where="in this evaluation loop",
+            id(loop.node),
+            noun="forward pass",
+            where="in this evaluation loop",
             advice="wrap the loop in `torch.no_grad()`",
         )
         for site in recording:
@@ -330,7 +343,9 @@ def _evaluation_in_step(call: cst.Call, ctx):
         f"this forward pass evaluates once per step ({why}) with autograd recording: it saves activations "
         f"for a backward that never comes; run it under `torch.no_grad()` / `torch.inference_mode()`",
         group=Group(
-            id(function.node), noun="forward pass", where=f"in `{function.name}()`",
+            id(function.node),
+            noun="forward pass",
+            where=f"in `{function.name}()`",
             advice="run them under one `torch.no_grad()`",
         ),
     )
@@ -393,7 +408,9 @@ def _host_value(value, function, ctx, follow_names: bool) -> bool:
     if isinstance(value, cst.Name) and follow_names:
         found = function.scope.lookup(value.value)
         bindings = found[0] if found and found[1] is function.scope else []
-        return bool(bindings) and all(b.kind == "value" and _host_value(b.value, function, ctx, False) for b in bindings)
+        return bool(bindings) and all(
+            b.kind == "value" and _host_value(b.value, function, ctx, False) for b in bindings
+        )
     inner = value
     while isinstance(inner, (cst.Call, cst.Attribute, cst.Subscript)):
         if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in _TO_HOST:
@@ -402,7 +419,9 @@ def _host_value(value, function, ctx, follow_names: bool) -> bool:
     # A helper that converts what it is given (`to_np(action[0])`): a tensor in, no tensor out. Not a
     # class built from tensors (`utils.TruncatedNormal(mu, std)`): the object holds them.
     return (
-        isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)) and bool(value.args)
+        isinstance(value, cst.Call)
+        and isinstance(value.func, (cst.Name, cst.Attribute))
+        and bool(value.args)
         and not (terminal_name(value.func) or "")[:1].isupper()
         and ctx.tensors.kind(value, function.scope) in (Kind.NOT_TENSOR, Kind.HOST_TENSOR)
         and ctx.tensors.kind(value.args[0].value, function.scope) is Kind.TENSOR
@@ -443,7 +462,11 @@ def _evaluates(loop, ctx) -> str | None:
     if function is not None and _in_framework_code(function, ctx):
         return None
     root = function.node if function else ctx.index.module
-    named = function is not None and EVALUATION_FUNCTION.match(function.name) is not None and not _feeds_training(function, ctx)
+    named = (
+        function is not None
+        and EVALUATION_FUNCTION.match(function.name) is not None
+        and not _feeds_training(function, ctx)
+    )
     if not named and not _after_eval_mode(loop.node, root, ctx):
         return None
     if not _forwards(loop, ctx) or _needs_gradients(loop, ctx) or _grad_disabled_by_call(root, ctx):
@@ -474,10 +497,16 @@ def _in_framework_code(function, ctx) -> bool:
 
 def _is_forward(call: cst.Call, ctx) -> bool:
     func = call.func
-    if isinstance(func, cst.Attribute) and (is_inference_method(func.attr.value) or func.attr.value.startswith("forward_")):
+    if isinstance(func, cst.Attribute) and (
+        is_inference_method(func.attr.value) or func.attr.value.startswith("forward_")
+    ):
         # `model.predict(u, seq)`, `self.netG.inference(label)`, `self.__S__.forward_lip(x)`: a model's
         # inference method
-        return runs_a_model(call) and not _NOT_A_MODEL.search(terminal_name(func.value) or "") and not ctx.qualified_name(func)
+        return (
+            runs_a_model(call)
+            and not _NOT_A_MODEL.search(terminal_name(func.value) or "")
+            and not ctx.qualified_name(func)
+        )
     if isinstance(func, cst.Name):
         name = func.value
     elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":

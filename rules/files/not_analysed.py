@@ -1,4 +1,4 @@
-from loopaudit.rule_api.rule import FileRule
+from loopaudit.rule_api import FileRule
 
 
 class NotAnalysedRule(FileRule):
@@ -21,5 +21,5 @@ class NotAnalysedRule(FileRule):
         "silent all-clear, a hang, or a crash that loses every other file's findings."
     )
     example = "x = (" + " ".join(['"a"'] * 3) + " ...)  # 5,000 implicitly joined strings: libcst gives up\n"
-    use_instead = "x = \"\".join(parts)  # or exclude the generated file from the scan\n"
+    use_instead = 'x = "".join(parts)  # or exclude the generated file from the scan\n'
     fix_safety = "No automatic fix."

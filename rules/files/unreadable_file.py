@@ -1,4 +1,4 @@
-from loopaudit.rule_api.rule import FileRule
+from loopaudit.rule_api import FileRule
 
 
 class UnreadableFileRule(FileRule):

@@ -13,7 +13,7 @@ import re
 
 import libcst as cst
 
-from loopaudit.analysis import iter_subtree, Kind, Scope, target_names, terminal_name
+from loopaudit.rule_api import Kind, Scope, iter_subtree, target_names, terminal_name
 
 TENSORS = (Kind.TENSOR, Kind.HOST_TENSOR)
 _CONTAINER_NAME = re.compile(r"(?i)(^|_)(tuple|list|dict|items|pairs)s?($|_)")
@@ -44,7 +44,11 @@ def is_container_name(name: str) -> bool:
 def _int_value(expr: cst.BaseExpression) -> int | None:
     if isinstance(expr, cst.Integer):
         return int(expr.value, 0)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+    if (
+        isinstance(expr, cst.UnaryOperation)
+        and isinstance(expr.operator, cst.Minus)
+        and isinstance(expr.expression, cst.Integer)
+    ):
         return -int(expr.expression.value, 0)
     return None
 
@@ -72,18 +76,25 @@ def _shape_of(expr: cst.BaseExpression) -> cst.BaseExpression | None:
     """`x.shape` / `x.size()` -> x."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "shape":
         return expr.value
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and not expr.args:
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "size"
+        and not expr.args
+    ):
         return expr.func.value
     return None
 
 
-def tensor_size(expr: cst.BaseExpression, ctx, scope: Scope, depth: int = 0) -> tuple[cst.BaseExpression, int | None] | None:
+def tensor_size(
+    expr: cst.BaseExpression, ctx, scope: Scope, depth: int = 0
+) -> tuple[cst.BaseExpression, int | None] | None:
     """When `expr` is the size of a tensor along one dimension (or its element count), that tensor and
     the dimension (None: every element). A name counts when each of its bindings is such a size:
     `batch_size = x.size(0)`, `B, T, C = x.shape`."""
     found = _dim_of_size(expr)
     if found is not None:
-        tensor, dim = found
+        tensor, _ = found
         if is_container_name(terminal_name(tensor) or ""):
             return None  # `len(output_list)`, `range(len(tuple_base))`: a Python container
         return found if _kind(tensor, ctx, scope) in TENSORS else None
@@ -97,7 +108,11 @@ def tensor_size(expr: cst.BaseExpression, ctx, scope: Scope, depth: int = 0) -> 
                 result = tensor_size(binding.value, ctx, binding.scope, depth + 1)
             elif binding.kind == "element":
                 shape = _shape_of(binding.value)
-                result = (shape, binding.position) if shape is not None and _kind(shape, ctx, binding.scope) in TENSORS else None
+                result = (
+                    (shape, binding.position)
+                    if shape is not None and _kind(shape, ctx, binding.scope) in TENSORS
+                    else None
+                )
             else:
                 result = None
             if result is None:
@@ -131,7 +146,11 @@ def tensor_kind(expr: cst.BaseExpression, ctx, scope: Scope | None = None) -> Ki
         if binding.kind == "value" and _moves_name(value, expr.value):
             moves = True  # `x = x.to(device)` after `for x in loader`
             continue
-        if binding.kind == "element" and isinstance(value, (cst.Tuple, cst.List)) and binding.position < len(value.elements):
+        if (
+            binding.kind == "element"
+            and isinstance(value, (cst.Tuple, cst.List))
+            and binding.position < len(value.elements)
+        ):
             element = value.elements[binding.position].value
             if _moves_name(element, expr.value):
                 moves = True  # `x, y = x.to(device), y.to(device)`: where the other bindings say, then moved
@@ -149,7 +168,9 @@ def tensor_kind(expr: cst.BaseExpression, ctx, scope: Scope | None = None) -> Ki
 
 
 # What a tokenizer gives back as Python lists of token ids (or of tokens) unless told `return_tensors=`.
-_TOKENIZER_METHODS = frozenset({"encode", "convert_tokens_to_ids", "tokenize", "__call__", "encode_plus", "batch_encode_plus"})
+_TOKENIZER_METHODS = frozenset(
+    {"encode", "convert_tokens_to_ids", "tokenize", "__call__", "encode_plus", "batch_encode_plus"}
+)
 
 
 def tokenizer_output(expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
@@ -233,8 +254,7 @@ def is_recurrence(loop: cst.For | cst.While) -> bool:
             continue
         value = node.value
         if isinstance(value, cst.BinaryOperation) and (
-            (isinstance(value.right, cst.Name) and value.right.value in carried)
-            or _leftmost(value) in carried
+            (isinstance(value.right, cst.Name) and value.right.value in carried) or _leftmost(value) in carried
         ):
             continue  # total = total + x, loss = loss + a * b + c
         return True

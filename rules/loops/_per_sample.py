@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from loopaudit.analysis import FORWARD_CALLEE, iter_subtree, Kind, terminal_name, type_test
-
+from loopaudit.rule_api import (
+    FORWARD_CALLEE,
+    Kind,
+    iter_subtree,
+    terminal_name,
+    type_test,
+)
 from loopaudit.rules.loops._batch import (
     TENSORS,
     body_nodes,
@@ -18,8 +23,8 @@ from loopaudit.rules.loops._batch import (
     is_ragged,
     is_recurrence,
     names_in,
-    slice_names,
     range_bound,
+    slice_names,
     step_like,
     target_names,
     tensor_kind,
@@ -29,22 +34,117 @@ from loopaudit.rules.loops._batch import (
 
 # Tensor methods that compute (launch a kernel) or read a value back, called once per element.
 # Moves and dtype casts alone (`t.to(device)` for each field of a batch tuple) are not per-sample work.
-_COMPUTE_METHODS = frozenset({
-    "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "std", "var", "norm",
-    "abs", "exp", "log", "sqrt", "pow", "neg", "sigmoid", "softmax", "log_softmax", "relu", "tanh",
-    "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "any", "all", "masked_fill",
-    "gather", "index_select", "clamp", "clip", "round", "floor", "ceil", "add", "sub", "mul", "div",
-    "matmul", "mm", "bmm", "nonzero", "count_nonzero", "cumsum", "add_", "mul_", "div_", "sub_",
-    "zero_", "fill_", "copy_", "masked_select", "unique", "square", "rsqrt", "reciprocal", "sign",
-    "topk", "sort", "argsort", "dot", "item", "tolist", "index_add_", "scatter_", "scatter_add_",
-})
+_COMPUTE_METHODS = frozenset(
+    {
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "argmax",
+        "argmin",
+        "prod",
+        "std",
+        "var",
+        "norm",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "pow",
+        "neg",
+        "sigmoid",
+        "softmax",
+        "log_softmax",
+        "relu",
+        "tanh",
+        "eq",
+        "ne",
+        "gt",
+        "lt",
+        "ge",
+        "le",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "any",
+        "all",
+        "masked_fill",
+        "gather",
+        "index_select",
+        "clamp",
+        "clip",
+        "round",
+        "floor",
+        "ceil",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "matmul",
+        "mm",
+        "bmm",
+        "nonzero",
+        "count_nonzero",
+        "cumsum",
+        "add_",
+        "mul_",
+        "div_",
+        "sub_",
+        "zero_",
+        "fill_",
+        "copy_",
+        "masked_select",
+        "unique",
+        "square",
+        "rsqrt",
+        "reciprocal",
+        "sign",
+        "topk",
+        "sort",
+        "argsort",
+        "dot",
+        "item",
+        "tolist",
+        "index_add_",
+        "scatter_",
+        "scatter_add_",
+    }
+)
 # Methods of strings that a tensor does not have: what they are called on is text.
-_STRING_ONLY_METHODS = frozenset({
-    "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "replace", "encode", "format",
-    "isdigit", "isalpha", "casefold", "title", "removeprefix", "removesuffix",
-})
+_STRING_ONLY_METHODS = frozenset(
+    {
+        "startswith",
+        "endswith",
+        "lower",
+        "upper",
+        "strip",
+        "lstrip",
+        "rstrip",
+        "replace",
+        "encode",
+        "format",
+        "isdigit",
+        "isalpha",
+        "casefold",
+        "title",
+        "removeprefix",
+        "removesuffix",
+    }
+)
 _TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
-_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.Power, cst.MatrixMultiply)
+_ARITHMETIC = (
+    cst.Add,
+    cst.Subtract,
+    cst.Multiply,
+    cst.Divide,
+    cst.FloorDivide,
+    cst.Modulo,
+    cst.Power,
+    cst.MatrixMultiply,
+)
+
 
 def per_sample_work(node: cst.For, ctx) -> cst.CSTNode | None:
     """The first tensor operation a loop over the batch's samples does on one sample, or None when
@@ -103,7 +203,10 @@ def _container_test(test: cst.BaseExpression, name: str) -> bool:
         return _container_test(test.left, name) or _container_test(test.right, name)
     tested = type_test(test)
     return (
-        tested is not None and tested.holds and tested.subject == name and bool(tested.types)
+        tested is not None
+        and tested.holds
+        and tested.subject == name
+        and bool(tested.types)
         and all(t.rsplit(".", 1)[-1] in _CONTAINER_TYPES for t in tested.types)
     )
 
@@ -131,7 +234,9 @@ def _module_output(name: str, ctx) -> bool:
     found = ctx.scope.lookup(name)
     bindings = found[0] if found else []
     return bool(bindings) and all(
-        b.kind == "value" and isinstance(b.value, cst.Call) and FORWARD_CALLEE.search(terminal_name(b.value.func) or "") is not None
+        b.kind == "value"
+        and isinstance(b.value, cst.Call)
+        and FORWARD_CALLEE.search(terminal_name(b.value.func) or "") is not None
         and not (ctx.qualified_name(b.value.func) or "").startswith("torch.")
         for b in bindings
     )
@@ -150,7 +255,9 @@ def _used_as_mapping(loop: cst.For, elements: set[str]) -> bool:
     """`t["boxes"]`: the elements are dicts (a detection batch), not tensor rows."""
     for node in body_nodes(loop):
         if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in elements:
-            if any(isinstance(getattr(e.slice, "value", None), (cst.SimpleString, cst.FormattedString)) for e in node.slice):
+            if any(
+                isinstance(getattr(e.slice, "value", None), (cst.SimpleString, cst.FormattedString)) for e in node.slice
+            ):
                 return True
     return False
 
@@ -192,7 +299,9 @@ class _Elements:
         """`x[i] is None`, `isinstance(item, dict)`: the elements are Python objects of mixed types
         (a tuple of outputs, a nested structure), not the rows of a tensor."""
         for node in body_nodes(loop):
-            if isinstance(node, cst.Comparison) and any(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons):
+            if isinstance(node, cst.Comparison) and any(
+                isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons
+            ):
                 if self.contains_element(node.left):
                     return True
             elif isinstance(node, cst.Call) and terminal_name(node.func) == "isinstance" and node.args:
@@ -212,8 +321,10 @@ class _Elements:
                 ):
                     return True
             elif (
-                isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-                and node.func.attr.value in _STRING_ONLY_METHODS and self.is_element(node.func.value)
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in _STRING_ONLY_METHODS
+                and self.is_element(node.func.value)
             ):
                 return True
         return False
@@ -223,7 +334,11 @@ class _Elements:
         for node in body_nodes(loop):
             if isinstance(node, cst.Call):
                 func = node.func
-                if isinstance(func, cst.Attribute) and func.attr.value in _COMPUTE_METHODS and self.contains_element(func.value):
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value in _COMPUTE_METHODS
+                    and self.contains_element(func.value)
+                ):
                     return node
                 if any(self.contains_element(arg.value) for arg in node.args) and self._computes(node):
                     return node
@@ -235,7 +350,20 @@ class _Elements:
                 if self._operand(node.left) or self._operand(node.right):
                     return node
             elif isinstance(node, cst.Comparison):
-                if all(isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)) for c in node.comparisons):
+                if all(
+                    isinstance(
+                        c.operator,
+                        (
+                            cst.Equal,
+                            cst.NotEqual,
+                            cst.LessThan,
+                            cst.LessThanEqual,
+                            cst.GreaterThan,
+                            cst.GreaterThanEqual,
+                        ),
+                    )
+                    for c in node.comparisons
+                ):
                     if self._operand(node.left) or any(self._operand(c.comparator) for c in node.comparisons):
                         return node
         return None

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.analysis import FrameKind
-from loopaudit.rule_api.rule import Report, Rule
-
-from loopaudit.rules.loops._per_sample import per_sample_work
+from loopaudit.rule_api import FrameKind, Report, Rule, RuleContext
 from loopaudit.rules.loops._batch import (
     TENSORS,
     body_assigned_from,
@@ -17,6 +16,7 @@ from loopaudit.rules.loops._batch import (
     target_names,
     tensor_kind,
 )
+from loopaudit.rules.loops._per_sample import per_sample_work
 
 
 class ElementWiseWrite(Rule):
@@ -155,7 +155,7 @@ class ElementWiseWrite(Rule):
     node_types = (cst.Assign, cst.AugAssign)
     needs_cuda = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
         for target in targets:
             if not isinstance(target, cst.Subscript) or tensor_kind(target.value, ctx) not in TENSORS:

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.rule import Report, Rule
-
+from loopaudit.rule_api import Report, Rule, RuleContext
 from loopaudit.rules.loops._per_sample import per_sample_work
 
 
@@ -27,7 +28,7 @@ class PerSampleLoop(Rule):
         "recurrences that feed one iteration's result into the next (`h = cell(x[t], h)`), ragged loops "
         "that slice each row to its own length (`x[i, :lengths[i]]`), loops over other dimensions, and "
         "loops whose body only moves or casts each element (`t.to(device)`), loops whose elements the body "
-        "uses as text (`\"loss_for_\" + fname`, `name.endswith(\".png\")`: file names or captions, not "
+        'uses as text (`"loss_for_" + fname`, `name.endswith(".png")`: file names or captions, not '
         "rows), and loops over a tokenizer's output (`ids = tokenizer.encode(token)`, a Python list unless "
         "`return_tensors=` is passed), loops over what a model returns or what callers pass (a tuple of heads, "
         "one output per scale or per discriminator), and loops inside `if isinstance(x, (list, tuple)):` or "
@@ -203,7 +204,7 @@ class PerSampleLoop(Rule):
     node_types = (cst.For,)
     needs_cuda = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         evidence = per_sample_work(node, ctx)
         if evidence is not None:
             header = ctx.source(node.iter, 36)

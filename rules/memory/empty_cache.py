@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.rule import Fix, Report, Rule
-from loopaudit.analysis import iter_subtree
+from loopaudit.rule_api import Fix, Report, Rule, RuleContext, iter_subtree
 
 _EMPTY_CACHE = frozenset({"torch.cuda.empty_cache", "torch.cuda.memory.empty_cache"})
 
@@ -104,7 +105,7 @@ class EmptyCacheInStep(Rule):
     confirmed_by = ("LA604",)
     node_types = (cst.Call,)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if (ctx.qualified_name(node.func) or "") in _EMPTY_CACHE:
             yield Report(node, fix=_removal(node, ctx))
 
@@ -122,7 +123,9 @@ def _removal(call: cst.Call, ctx) -> Fix | None:
                 if len(line.body) > 1:
                     return None  # `a(); torch.cuda.empty_cache()`: rare, left to the user
                 if len(block.body) == 1:
-                    return Fix("replace the call with `pass`", ((line, line.with_changes(body=[cst.Pass()])),), safe=False)
+                    return Fix(
+                        "replace the call with `pass`", ((line, line.with_changes(body=[cst.Pass()])),), safe=False
+                    )
                 return Fix("remove the call", ((block, _without(block, line)),), safe=False)
     return None
 

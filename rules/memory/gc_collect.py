@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.rule import Report, Rule
+from loopaudit.rule_api import Report, Rule, RuleContext
 
 
 class GcCollectInStep(Rule):
@@ -80,6 +82,6 @@ class GcCollectInStep(Rule):
     node_types = (cst.Call,)
     needs_cuda = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if (ctx.qualified_name(node.func) or "") == "gc.collect":
             yield Report(node)

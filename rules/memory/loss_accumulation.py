@@ -1,18 +1,80 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.analysis import FORWARD_CALLEE, FrameKind, iter_subtree, Scope, terminal_name
-from loopaudit.rule_api.rule import Fix, Report, Rule
+from loopaudit.rule_api import (
+    FORWARD_CALLEE,
+    Fix,
+    FrameKind,
+    Report,
+    Rule,
+    RuleContext,
+    Scope,
+    iter_subtree,
+    terminal_name,
+)
 
 # Tensor methods whose result is still part of the autograd graph of their receiver.
-_DIFFERENTIABLE_METHODS = frozenset({
-    "sum", "mean", "max", "min", "amax", "amin", "prod", "std", "var", "norm", "abs", "exp", "log", "sqrt",
-    "pow", "neg", "sigmoid", "softmax", "log_softmax", "relu", "tanh", "float", "double", "half", "bfloat16",
-    "to", "cuda", "cpu", "clone", "contiguous", "view", "view_as", "reshape", "flatten", "squeeze",
-    "unsqueeze", "permute", "transpose", "t", "expand", "repeat", "type_as", "gather", "index_select",
-    "clamp", "clip", "add", "sub", "mul", "div", "matmul", "square", "masked_fill", "masked_select",
-})
+_DIFFERENTIABLE_METHODS = frozenset(
+    {
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "prod",
+        "std",
+        "var",
+        "norm",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "pow",
+        "neg",
+        "sigmoid",
+        "softmax",
+        "log_softmax",
+        "relu",
+        "tanh",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "to",
+        "cuda",
+        "cpu",
+        "clone",
+        "contiguous",
+        "view",
+        "view_as",
+        "reshape",
+        "flatten",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "t",
+        "expand",
+        "repeat",
+        "type_as",
+        "gather",
+        "index_select",
+        "clamp",
+        "clip",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "matmul",
+        "square",
+        "masked_fill",
+        "masked_select",
+    }
+)
 # Callees named like a forward pass that compute metrics, which carry no graph.
 _LOSS_CALLEE_EXCLUDED = ("metric", "accuracy", "acc")
 
@@ -21,7 +83,9 @@ class LossAccumulatedWithGraph(Rule):
     code = "LA403"
     name = "loss-accumulated-with-graph"
     summary = "A loss accumulated across steps without `.detach()`/`.item()`: every step's graph stays alive."
-    message = "accumulating a loss that requires grad keeps every step's autograd graph alive until the accumulator dies"
+    message = (
+        "accumulating a loss that requires grad keeps every step's autograd graph alive until the accumulator dies"
+    )
     suggestion = (
         "keep what the step computed without its graph: `total += loss.detach()` (stays on the device, no sync; "
         "read `total.item()` once per epoch), `losses.append(loss.detach())`; not `loss.item()` every step, "
@@ -44,7 +108,7 @@ class LossAccumulatedWithGraph(Rule):
         "A tensor that requires grad holds its `grad_fn`, and through it the whole autograd graph that "
         "produced it. `total += loss` makes `total` a new tensor whose graph is the previous `total`'s "
         "graph plus this step's, so the accumulator keeps every step's graph alive until it dies (the "
-        "PyTorch FAQ, \"Don't accumulate history across your training loop\"). `backward()` frees the "
+        'PyTorch FAQ, "Don\'t accumulate history across your training loop"). `backward()` frees the '
         "saved activations of the graph it runs through, but not its nodes: host memory grows by one "
         "graph per step for the whole epoch, and each step's loss tensor stays allocated on the device. "
         "A value that backward never runs through (an output kept with `outputs.append(logits)`, a loss of "
@@ -145,7 +209,7 @@ class LossAccumulatedWithGraph(Rule):
         "    loss.backward()\n"
         "    optimizer.step()\n"
         "    train_losses.append(loss)  # expect: LA403\n"
-        "    all_logits.append(out.logits)  # expect: LA403\n",        # A running difference, and a loss computed straight into the list.
+        "    all_logits.append(out.logits)  # expect: LA403\n",  # A running difference, and a loss computed straight into the list.
         "import torch\n"
         "import torch.nn.functional as F\n"
         "model.cuda()\n"
@@ -163,9 +227,11 @@ class LossAccumulatedWithGraph(Rule):
     node_types = (cst.AugAssign, cst.Call)
     needs_cuda = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if isinstance(node, cst.AugAssign):
-            if not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)) or not isinstance(node.target, cst.Name):
+            if not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)) or not isinstance(
+                node.target, cst.Name
+            ):
                 return
             accumulator, value = node.target.value, node.value
         else:
@@ -186,7 +252,11 @@ class LossAccumulatedWithGraph(Rule):
         kept = ctx.source(detached, 40)
         if isinstance(node, cst.Call):
             # A list keeps each step's tensor, and with it that step's graph.
-            read = f" and reduce the list once per epoch (`torch.stack({accumulator}).mean()`)" if _looks_like_loss(value) else ""
+            read = (
+                f" and reduce the list once per epoch (`torch.stack({accumulator}).mean()`)"
+                if _looks_like_loss(value)
+                else ""
+            )
             message = (
                 f"`{accumulator}.append({ctx.source(value, 24)})` keeps each step's autograd graph alive in "
                 f"`{accumulator}` until the list dies: append `{kept}`{read}"
@@ -272,13 +342,20 @@ def _carries_graph(expr: cst.BaseExpression, ctx, scope: Scope, depth: int, busy
     if isinstance(expr, cst.Subscript):
         return _carries_graph(expr.value, ctx, scope, depth + 1, busy)
     if isinstance(expr, cst.BinaryOperation):
-        return _carries_graph(expr.left, ctx, scope, depth + 1, busy) or _carries_graph(expr.right, ctx, scope, depth + 1, busy)
+        return _carries_graph(expr.left, ctx, scope, depth + 1, busy) or _carries_graph(
+            expr.right, ctx, scope, depth + 1, busy
+        )
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         return _carries_graph(expr.expression, ctx, scope, depth + 1, busy)
     if isinstance(expr, cst.Call):
         func = expr.func
         qualified = ctx.qualified_name(func) or ""
-        if qualified.startswith("torch.nn.functional.") or qualified in ("torch.mean", "torch.sum", "torch.stack", "torch.cat"):
+        if qualified.startswith("torch.nn.functional.") or qualified in (
+            "torch.mean",
+            "torch.sum",
+            "torch.stack",
+            "torch.cat",
+        ):
             return any(
                 _carries_graph(arg.value, ctx, scope, depth + 1, busy) for arg in expr.args if arg.keyword is None
             )
@@ -304,17 +381,15 @@ def _forward_callee(name: str, ctx) -> bool:
 
 def _computed_without_grad(value: cst.CSTNode, ctx) -> bool:
     """Was this value computed inside `with torch.no_grad():` (a teacher's output, a target)?"""
-    for with_node in _no_grad_blocks(ctx):
-        if _inside(value, with_node.body, ctx):
-            return True
-    return False
+    return any(_inside(value, with_node.body, ctx) for with_node in _no_grad_blocks(ctx))
 
 
 def _no_grad_blocks(ctx) -> list:
     return ctx.memoized(
         "no-grad blocks",
         lambda: [
-            node for node in iter_subtree(ctx.index.module)
+            node
+            for node in iter_subtree(ctx.index.module)
             if isinstance(node, cst.With) and any(ctx.steps.disables_grad(item.item) for item in node.items)
         ],
     )
@@ -327,10 +402,9 @@ def _backpropagated(name: str, scope: Scope, ctx) -> bool:
     derived |= set(_bindings_mentioning(name, scope))
     for site in ctx.index.calls:
         func = site.call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
-            if any(isinstance(n, cst.Name) and n.value in derived for n in iter_subtree(site.call)):
-                return True
-        elif terminal_name(func) in ("grad",) and (ctx.qualified_name(func) or "").startswith("torch.autograd"):
+        if (isinstance(func, cst.Attribute) and func.attr.value == "backward") or (
+            terminal_name(func) in ("grad",) and (ctx.qualified_name(func) or "").startswith("torch.autograd")
+        ):
             if any(isinstance(n, cst.Name) and n.value in derived for n in iter_subtree(site.call)):
                 return True
     return False

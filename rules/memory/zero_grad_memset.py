@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
-from loopaudit.rule_api.edits import without_argument
-from loopaudit.rule_api.rule import Fix, Report, Rule
+from loopaudit.rule_api import Fix, Report, Rule, RuleContext, without_argument
 
 
 def _is_false(expr: cst.BaseExpression) -> bool:
@@ -104,18 +104,26 @@ class ZeroGradMemset(Rule):
     node_types = (cst.Call,)
     needs_cuda = False
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if ctx.method_call(node, "zero_grad") is None:
             return
         for position, arg in enumerate(node.args):
             keyword = arg.keyword.value if arg.keyword is not None else None
-            if (keyword == "set_to_none" or (keyword is None and position == 0 and not arg.star)) and _is_false(arg.value):
+            if (keyword == "set_to_none" or (keyword is None and position == 0 and not arg.star)) and _is_false(
+                arg.value
+            ):
                 if _captures_cuda_graphs(ctx):
                     return
                 # Gradients become None instead of zeros: safe unless the module reads `.grad` itself.
                 reads_grads = _READS_GRAD.search(ctx.index.module.code) is not None
-                fix = Fix("drop `set_to_none=False` (gradients are set to None)", ((node, without_argument(node, position)),), safe=not reads_grads)
-                yield Report(node, f"`{ctx.source(node)}` writes zeros into every gradient tensor, once per step", fix=fix)
+                fix = Fix(
+                    "drop `set_to_none=False` (gradients are set to None)",
+                    ((node, without_argument(node, position)),),
+                    safe=not reads_grads,
+                )
+                yield Report(
+                    node, f"`{ctx.source(node)}` writes zeros into every gradient tensor, once per step", fix=fix
+                )
                 return
 
 
@@ -125,6 +133,4 @@ _GRAPH_APIS = ("torch.cuda.graph", "torch.cuda.CUDAGraph", "torch.cuda.make_grap
 
 def _captures_cuda_graphs(ctx) -> bool:
     """Does the module capture CUDA graphs? Captured backward passes need gradients that keep their memory."""
-    return any(
-        (ctx.qualified_name(site.call.func) or "").startswith(_GRAPH_APIS) for site in ctx.index.calls
-    )
+    return any((ctx.qualified_name(site.call.func) or "").startswith(_GRAPH_APIS) for site in ctx.index.calls)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule_api.rule import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule
 
 
 class AllocatorFlushObserved(RuntimeRule):
@@ -8,7 +8,9 @@ class AllocatorFlushObserved(RuntimeRule):
     name = "allocator-flush-observed"
     summary = "`torch.cuda.empty_cache()` measured in most steps: the caching allocator is flushed every step."
     message = "`torch.cuda.empty_cache()` ran in most measured steps"
-    suggestion = "remove it from the step; if fragmentation causes OOMs set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"
+    suggestion = (
+        "remove it from the step; if fragmentation causes OOMs set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"
+    )
     what_it_flags = (
         "A line that called `torch.cuda.empty_cache()` in more than half of the measured steps. "
         "`loopaudit run` counts every call through the function itself (however the script imported it), "
@@ -79,7 +81,9 @@ class AllocatorFlushObserved(RuntimeRule):
                     f"{site.seconds * 1000 / run.steps_measured:.2f} ms per step inside the call"
                 )
             else:
-                message = f"`torch.cuda.empty_cache()` ran {counted}: on CUDA it flushes the caching allocator each time"
+                message = (
+                    f"`torch.cuda.empty_cache()` ran {counted}: on CUDA it flushes the caching allocator each time"
+                )
             yield Observation(
                 file=site.file,
                 line=site.line,
@@ -101,5 +105,9 @@ class AllocatorFlushObserved(RuntimeRule):
                 f"{len(trace.steps)} steps ({frees} calls): something flushes the cache each step, as "
                 "`torch.cuda.empty_cache()` does"
             ),
-            observed={"per_step": round(frees / len(trace.steps), 3), "total": frees, "time_ms": round(trace.allocator_us / 1000, 3)},
+            observed={
+                "per_step": round(frees / len(trace.steps), 3),
+                "total": frees,
+                "time_ms": round(trace.allocator_us / 1000, 3),
+            },
         )

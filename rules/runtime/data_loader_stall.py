@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule_api.rule import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule
 
 # TensorBoard's profiler plugin recommends more DataLoader workers above this share of the step.
 THRESHOLD = 0.05
@@ -142,8 +142,11 @@ class DataLoaderStall(RuntimeRule):
                 suggestion=advice(loader, run.report.cpu_count),
                 details={
                     "loader": {
-                        "dataset": loader.dataset, "batch_size": loader.batch_size, "num_workers": loader.num_workers,
-                        "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
+                        "dataset": loader.dataset,
+                        "batch_size": loader.batch_size,
+                        "num_workers": loader.num_workers,
+                        "pin_memory": loader.pin_memory,
+                        "persistent_workers": loader.persistent_workers,
                         "prefetch_factor": loader.prefetch_factor,
                     },
                 },
@@ -164,6 +167,8 @@ class DataLoaderStall(RuntimeRule):
             observed={"per_step": None, "total": None, "time_ms": round(waited_us / 1000, 3), "share": round(share, 4)},
             suggestion=(
                 "the trace shows a single-process DataLoader (`num_workers=0`): load batches in worker processes "
-                "with `num_workers` and `persistent_workers=True`" if single_process else None
+                "with `num_workers` and `persistent_workers=True`"
+                if single_process
+                else None
             ),
         )

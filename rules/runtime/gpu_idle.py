@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule_api.rule import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule
 
 # Above this share of the measured window with no kernel, copy or memset running, the GPU waits for
 # the host. A well-fed training loop keeps it under a tenth; the real traces in the test suite that
@@ -32,7 +32,9 @@ class GpuIdleBetweenKernels(RuntimeRule):
     name = "gpu-idle-between-kernels"
     summary = "The GPU sat idle for more than 20% of the measured window (needs a CUDA trace)."
     message = "the GPU was idle for more than 20% of the measured window"
-    suggestion = "find what the host waits for: data (LA602), syncs (LA601), or kernel launches (CUDA graphs, torch.compile)"
+    suggestion = (
+        "find what the host waits for: data (LA602), syncs (LA601), or kernel launches (CUDA graphs, torch.compile)"
+    )
     what_it_flags = (
         "A profiled window in which the GPU ran nothing (no kernel, copy or memset) for more than 20% of "
         "the time between its first and last activity, computed as HolisticTraceAnalysis computes GPU "
@@ -57,7 +59,7 @@ class GpuIdleBetweenKernels(RuntimeRule):
         "    print(loss.item())  # LA605: GPU idle 64% of the window\n"
     )
     use_instead = (
-        "model = torch.compile(model, mode=\"reduce-overhead\")  # fewer, larger launches (CUDA graphs)\n"
+        'model = torch.compile(model, mode="reduce-overhead")  # fewer, larger launches (CUDA graphs)\n'
         "for step, (x, y) in enumerate(loader):\n"
         "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
         "    loss.backward()\n"
@@ -70,9 +72,9 @@ class GpuIdleBetweenKernels(RuntimeRule):
     # A GPU is needed to see it in a running script; the script examples run only where there is one.
     valid = (
         "import torch\n"
-        "model = torch.nn.Linear(4096, 4096, device=\"cuda\")\n"
+        'model = torch.nn.Linear(4096, 4096, device="cuda")\n'
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
-        "x = torch.randn(8192, 4096, device=\"cuda\")\n"
+        'x = torch.randn(8192, 4096, device="cuda")\n'
         "for step in range(1000):\n"
         "    loss = model(x).square().mean()\n"
         "    optimizer.zero_grad()\n"
@@ -82,10 +84,10 @@ class GpuIdleBetweenKernels(RuntimeRule):
     invalid = (
         "import time\n"
         "import torch\n"
-        "model = torch.nn.Linear(64, 64, device=\"cuda\")\n"
+        'model = torch.nn.Linear(64, 64, device="cuda")\n'
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "for step in range(1000):\n"
-        "    x = torch.randn(32, 64, device=\"cuda\")\n"
+        '    x = torch.randn(32, 64, device="cuda")\n'
         "    time.sleep(0.002)  # host work between steps\n"
         "    loss = model(x).square().mean()\n"
         "    optimizer.zero_grad()\n"
@@ -113,7 +115,7 @@ class GpuIdleBetweenKernels(RuntimeRule):
         else:
             cause = (
                 "the host did not queue work fast enough: launch fewer, larger kernels "
-                "(`torch.compile(mode=\"reduce-overhead\")`, CUDA graphs, a larger batch)"
+                '(`torch.compile(mode="reduce-overhead")`, CUDA graphs, a larger batch)'
             )
         yield self._observation(trace, file, line, cause)
 
@@ -129,5 +131,10 @@ class GpuIdleBetweenKernels(RuntimeRule):
             file=file,
             line=line,
             message=f"the GPU ran nothing for {idle:.1%} of the measured window" + (f": {cause}" if cause else ""),
-            observed={"per_step": None, "total": None, "time_ms": round(trace.gpu_idle_us / 1000, 3), "share": round(idle, 4)},
+            observed={
+                "per_step": None,
+                "total": None,
+                "time_ms": round(trace.gpu_idle_us / 1000, 3),
+                "share": round(idle, 4),
+            },
         )

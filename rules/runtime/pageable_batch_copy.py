@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from loopaudit.rule_api.rule import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule
 
 
 def _megabytes(count: int) -> str:
@@ -50,7 +50,7 @@ class PageableBatchCopy(RuntimeRule):
     valid = (
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
-        "device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n"
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
         "model = torch.nn.Linear(16, 4).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "data = TensorDataset(torch.randn(4096, 16), torch.randint(0, 4, (4096,)))\n"
@@ -68,13 +68,13 @@ class PageableBatchCopy(RuntimeRule):
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
         "use_cuda = torch.cuda.is_available()\n"
-        "device = torch.device(\"cuda\" if use_cuda else \"cpu\")\n"
+        'device = torch.device("cuda" if use_cuda else "cpu")\n'
         "model = torch.nn.Linear(16, 4).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "data = TensorDataset(torch.randn(4096, 16), torch.randint(0, 4, (4096,)))\n"
-        "kwargs = {\"batch_size\": 32}\n"
+        'kwargs = {"batch_size": 32}\n'
         "if use_cuda:\n"
-        "    kwargs.update({\"num_workers\": 1, \"pin_memory\": True})\n"
+        '    kwargs.update({"num_workers": 1, "pin_memory": True})\n'
         "loader = DataLoader(data, **kwargs)\n"
         "for x, y in loader:\n"
         "    x, y = x.to(device), y.to(device)\n"
@@ -86,7 +86,7 @@ class PageableBatchCopy(RuntimeRule):
     invalid = (
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
-        "device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n"
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
         "model = torch.nn.Linear(16, 4).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "data = TensorDataset(torch.randn(4096, 16), torch.randint(0, 4, (4096,)))\n"

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.profiling.in_loopaudit.timing import steps_phrase
-from loopaudit.rule_api.rule import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule, steps_phrase
 
 # What to write instead, by the kind of call that synchronized.
 _ADVICE = {
@@ -66,7 +65,7 @@ class SyncObservedInStep(RuntimeRule):
         "    running_loss += loss.item()  # LA601: 1 per step, 2.9 ms stalled per step\n"
     )
     use_instead = (
-        "running_loss = torch.zeros((), device=\"cuda\")\n"
+        'running_loss = torch.zeros((), device="cuda")\n'
         "for step, (x, y) in enumerate(loader):\n"
         "    loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))\n"
         "    optimizer.zero_grad()\n"
@@ -94,7 +93,7 @@ class SyncObservedInStep(RuntimeRule):
         "    loss.backward()\n"
         "    optimizer.step()\n"
         "    if step % 10 == 0:\n"
-        "        print(f\"step {step}: loss {loss.item():.3f}\")\n",
+        '        print(f"step {step}: loss {loss.item():.3f}")\n',
         # A Dataset reading its own CPU tensors while the loader fetches a batch: data that never
         # was on the GPU cannot wait for it.
         "import torch\n"
@@ -120,11 +119,11 @@ class SyncObservedInStep(RuntimeRule):
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
         "cuda = torch.cuda.is_available()\n"
-        "device = \"cuda\" if cuda else \"cpu\"\n"
+        'device = "cuda" if cuda else "cpu"\n'
         "model = torch.nn.Linear(16, 4).to(device)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "data = TensorDataset(torch.randn(4096, 16), torch.randint(0, 4, (4096,)))\n"
-        "best = float(\"inf\")\n"
+        'best = float("inf")\n'
         "for x, y in DataLoader(data, batch_size=32, pin_memory=cuda):\n"
         "    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)  # pinned: no sync\n"
         "    out = model(x)\n"
@@ -144,7 +143,7 @@ class SyncObservedInStep(RuntimeRule):
     def from_run(self, run):
         # Imported here: every scan loads this rule's class, and the evidence module (with the trace
         # analysis it needs) would cost each of them 30 ms.
-        from loopaudit.profiling.in_loopaudit.evidence import describe_site
+        from loopaudit.rule_api import describe_site
 
         for site in run.report.syncs:
             if not run.on_step_path(site):
@@ -163,7 +162,12 @@ class SyncObservedInStep(RuntimeRule):
                 message=message,
                 observed=run.observed(site),
                 suggestion=_ADVICE.get(site.kind),
-                details={"kind": site.kind, "call": site.call, "via": site.via, "proven": bool(site.proven) if run.cuda else None},
+                details={
+                    "kind": site.kind,
+                    "call": site.call,
+                    "via": site.via,
+                    "proven": bool(site.proven) if run.cuda else None,
+                },
             )
 
     def from_trace(self, trace):
@@ -186,5 +190,9 @@ class SyncObservedInStep(RuntimeRule):
                     "total": site.count,
                     "time_ms": round(site.stall_us / 1000, 3) if site.proven else None,
                 },
-                details={"call": site.call, "operator": site.operator, "function": site.frame.function if site.frame else None},
+                details={
+                    "call": site.call,
+                    "operator": site.operator,
+                    "function": site.frame.function if site.frame else None,
+                },
             )

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.analysis import terminal_name
-from loopaudit.rule_api.rule import Report, Rule
+from loopaudit.rule_api import Report, Rule, RuleContext, terminal_name
 
 
 def _is_cpu_device(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
-    """"cpu", torch.device("cpu"), or a name bound only to one of those (`cpu_device`)."""
+    """ "cpu", torch.device("cpu"), or a name bound only to one of those (`cpu_device`)."""
     if isinstance(expr, cst.SimpleString):
         return expr.evaluated_value == "cpu"
     if isinstance(expr, cst.Call) and ctx.qualified_name(expr.func) == "torch.device" and expr.args:
@@ -15,20 +16,34 @@ def _is_cpu_device(expr: cst.BaseExpression, ctx, depth: int = 0) -> bool:
     if isinstance(expr, cst.Name) and depth < 2:
         found = ctx.scope.lookup(expr.value)
         bindings = found[0] if found else []
-        return bool(bindings) and all(
-            b.kind == "value" and _is_cpu_device(b.value, ctx, depth + 1) for b in bindings
-        )
+        return bool(bindings) and all(b.kind == "value" and _is_cpu_device(b.value, ctx, depth + 1) for b in bindings)
     return False
 
 
 # Methods that only an `nn.Module` (or a pipeline of them) has: what they are called on is no tensor.
-_MODULE_METHODS = frozenset({
-    "parameters", "named_parameters", "modules", "named_modules", "children", "named_children", "eval", "train",
-    "state_dict", "load_state_dict", "register_forward_hook", "register_forward_pre_hook", "zero_grad",
-    "enable_gradient_checkpointing", "gradient_checkpointing_enable",
-})
+_MODULE_METHODS = frozenset(
+    {
+        "parameters",
+        "named_parameters",
+        "modules",
+        "named_modules",
+        "children",
+        "named_children",
+        "eval",
+        "train",
+        "state_dict",
+        "load_state_dict",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "zero_grad",
+        "enable_gradient_checkpointing",
+        "gradient_checkpointing_enable",
+    }
+)
 # Calls that hand back the module they are called on (`vae.to(device, dtype=...)`, `model.eval()`).
-_RETURNS_ITSELF = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "eval", "train", "requires_grad_"})
+_RETURNS_ITSELF = frozenset(
+    {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "eval", "train", "requires_grad_"}
+)
 # Calls that make or unwrap a module: `AutoencoderKL.from_pretrained(...)`, `accelerator.unwrap_model(m)`.
 _MODULE_MAKERS = frozenset({"from_pretrained", "from_config", "from_single_file", "unwrap_model"})
 _TENSOR_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
@@ -41,14 +56,16 @@ def _is_module(expr: cst.BaseExpression, ctx, scope=None, depth: int = 0) -> boo
     scope = ctx.scope if scope is None else scope
     if depth > 4:
         return False
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RETURNS_ITSELF:
+    while (
+        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RETURNS_ITSELF
+    ):
         expr = expr.func.value  # `vae.to(device, dtype=torch.float32)`: the same module
     if isinstance(expr, cst.Call):
         if terminal_name(expr.func) in _MODULE_MAKERS:
             return True
         made = ctx.steps.class_made_by(expr, scope) or ""
         if made.startswith("<local>."):
-            cls = ctx.index.classes.get(made[len("<local>."):])
+            cls = ctx.index.classes.get(made[len("<local>.") :])
             return cls is not None and ctx.steps.is_torch_module(cls)
         return made.startswith("torch.nn.") and made not in _TENSOR_CLASSES
     if isinstance(expr, cst.Name):
@@ -59,7 +76,9 @@ def _is_module(expr: cst.BaseExpression, ctx, scope=None, depth: int = 0) -> boo
         if (id(owner), expr.value) in _module_method_receivers(ctx):
             return True
         if any(
-            b.kind == "value" and not _refers_to_itself(b.value, expr.value) and _is_module(b.value, ctx, b.scope, depth + 1)
+            b.kind == "value"
+            and not _refers_to_itself(b.value, expr.value)
+            and _is_module(b.value, ctx, b.scope, depth + 1)
             for b in bindings
         ):
             return True
@@ -71,7 +90,8 @@ def _is_module(expr: cst.BaseExpression, ctx, scope=None, depth: int = 0) -> boo
         if (id(cls), "self." + expr.attr.value) in _module_method_receivers(ctx):
             return True
         return any(
-            b.kind == "value" and _is_module(b.value, ctx, b.scope, depth + 1) for b in cls.attributes.get(expr.attr.value, ())
+            b.kind == "value" and _is_module(b.value, ctx, b.scope, depth + 1)
+            for b in cls.attributes.get(expr.attr.value, ())
         )
     return False
 
@@ -82,7 +102,9 @@ def _module_parameter(name: str, owner, ctx, depth: int) -> bool:
     function = ctx.steps.function_info(owner.function) if owner.function is not None else None
     if function is None:
         return False
-    param = next((p for p in (*owner.function.params.params, *owner.function.params.kwonly_params) if p.name.value == name), None)
+    param = next(
+        (p for p in (*owner.function.params.params, *owner.function.params.kwonly_params) if p.name.value == name), None
+    )
     if param is not None and param.annotation is not None:
         annotation = ctx.qualified_name(param.annotation.annotation) or ""
         if annotation in ("torch.nn.Module", "torch.nn.modules.module.Module"):
@@ -118,8 +140,10 @@ def _find_module_method_receivers(ctx) -> frozenset:
             if owner is not None:
                 found.add((id(owner[1]), receiver.value))
         elif (
-            isinstance(receiver, cst.Attribute) and isinstance(receiver.value, cst.Name)
-            and receiver.value.value == "self" and site.scope.owner_class is not None
+            isinstance(receiver, cst.Attribute)
+            and isinstance(receiver.value, cst.Name)
+            and receiver.value.value == "self"
+            and site.scope.owner_class is not None
         ):
             found.add((id(site.scope.owner_class), "self." + receiver.attr.value))
     return frozenset(found)
@@ -136,7 +160,7 @@ def _is_true(expr: cst.BaseExpression | None) -> bool:
 class DeviceToHostInStep(Rule):
     code = "LA102"
     name = "device-to-host-copy-in-step"
-    summary = "`.cpu()`, `.to(\"cpu\")` or `.numpy(force=True)` of a tensor once per step."
+    summary = '`.cpu()`, `.to("cpu")` or `.numpy(force=True)` of a tensor once per step.'
     message = "`.cpu()` waits for the GPU and copies to pageable host memory: the CPU stalls until the GPU drains, once per step"
     suggestion = (
         "keep per-step results on the device (append the tensor, or accumulate it) and move them to the "
@@ -145,13 +169,13 @@ class DeviceToHostInStep(Rule):
     )
     what_it_flags = (
         "A device-to-host copy of a tensor in code that runs once per step of a CUDA script: `.cpu()`, "
-        "`.to(\"cpu\")`, `.to(device=\"cpu\")`, `.to(torch.device(\"cpu\"))` and `.numpy(force=True)`, "
+        '`.to("cpu")`, `.to(device="cpu")`, `.to(torch.device("cpu"))` and `.numpy(force=True)`, '
         "typically in `preds.append(out.argmax(1).cpu().numpy())`. A line with both `.cpu()` and "
         "`.numpy()` is one finding. A plain `.numpy()` is not flagged: on a CUDA tensor it raises, so in a "
         "working script it reads a tensor that is already on the host (the copy that put it there is the "
         "finding). Copies with `non_blocking=True` are not flagged, nor are copies in a branch only a CPU run "
-        "takes (`if mode == \"cpu\":`, `if not torch.cuda.is_available():`). Nor is moving a whole module "
-        "to the host to free GPU memory (`vae.cpu()`, `pipeline.to(\"cpu\")` under an offload option), "
+        'takes (`if mode == "cpu":`, `if not torch.cuda.is_available():`). Nor is moving a whole module '
+        'to the host to free GPU memory (`vae.cpu()`, `pipeline.to("cpu")` under an offload option), '
         "which reads no tensor's value: a receiver made by a class deriving from `nn.Module`, by "
         "`from_pretrained` or `unwrap_model`, or one whose `.parameters()`, `.eval()`, `.train()` (or "
         "another method only a module has) the code calls."
@@ -255,11 +279,14 @@ class DeviceToHostInStep(Rule):
     confirmed_by = ("LA601",)
     node_types = (cst.Call,)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         receiver = ctx.method_call(node, "cpu")
         if receiver is not None:
             if ctx.maybe_tensor(receiver) and not _is_module(receiver, ctx):
-                yield Report(node, f"`{ctx.source(node)}` waits for the GPU and copies to pageable host memory: the CPU stalls until the GPU drains, once per step")
+                yield Report(
+                    node,
+                    f"`{ctx.source(node)}` waits for the GPU and copies to pageable host memory: the CPU stalls until the GPU drains, once per step",
+                )
             return
         receiver = ctx.method_call(node, "to")
         if receiver is not None:
@@ -271,8 +298,14 @@ class DeviceToHostInStep(Rule):
                 and ctx.maybe_tensor(receiver)
                 and not _is_module(receiver, ctx)
             ):
-                yield Report(node, f"`{ctx.source(node)}` waits for the GPU and copies to the host: the CPU stalls until the GPU drains, once per step")
+                yield Report(
+                    node,
+                    f"`{ctx.source(node)}` waits for the GPU and copies to the host: the CPU stalls until the GPU drains, once per step",
+                )
             return
         receiver = ctx.method_call(node, "numpy")
         if receiver is not None and _is_true(_keyword(node, "force")) and ctx.maybe_tensor(receiver):
-            yield Report(node, "`.numpy(force=True)` copies a GPU tensor to the host: the CPU stalls until the GPU drains, once per step")
+            yield Report(
+                node,
+                "`.numpy(force=True)` copies a GPU tensor to the host: the CPU stalls until the GPU drains, once per step",
+            )

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
-from loopaudit.rule_api.rule import Group, Report, Rule
-from loopaudit.analysis import Kind
+from loopaudit.rule_api import Group, Kind, Report, Rule, RuleContext
 
 _TORCH_FUNCTIONS = {
     "torch.nonzero": "torch.nonzero",
@@ -16,14 +16,58 @@ _TORCH_FUNCTIONS = {
 }
 # Tensor methods whose output size depends on the data (also read by LA101, item.py).
 DATA_DEPENDENT_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
-_MASK_METHODS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "bool"})
+_MASK_METHODS = frozenset(
+    {
+        "eq",
+        "ne",
+        "gt",
+        "ge",
+        "lt",
+        "le",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "bool",
+    }
+)
 # Methods that reshape a tensor and keep its elements: a reshaped mask is a mask.
-_RESHAPES = ("unsqueeze", "expand", "expand_as", "view", "view_as", "reshape", "squeeze", "flatten", "repeat", "permute", "transpose", "contiguous")
+_RESHAPES = (
+    "unsqueeze",
+    "expand",
+    "expand_as",
+    "view",
+    "view_as",
+    "reshape",
+    "squeeze",
+    "flatten",
+    "repeat",
+    "permute",
+    "transpose",
+    "contiguous",
+)
 # Node-split masks of full-batch graph training: PyG's `data.train_mask` and DGL's
 # `g.ndata["train_mask"]` are boolean tensors by convention. Other `*_mask` names (an int64
 # `attention_mask`, GAT's integer `mask_train`) are not assumed to be boolean.
 _SPLIT_MASK = re.compile(r"^(train|val|valid|validation|test|eval)_mask$")
-_MASK_FUNCTIONS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or", "torch.logical_not", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge", "torch.le"})
+_MASK_FUNCTIONS = frozenset(
+    {
+        "torch.isnan",
+        "torch.isinf",
+        "torch.isfinite",
+        "torch.logical_and",
+        "torch.logical_or",
+        "torch.logical_not",
+        "torch.eq",
+        "torch.ne",
+        "torch.gt",
+        "torch.lt",
+        "torch.ge",
+        "torch.le",
+    }
+)
 
 
 class DynamicShapeInStep(Rule):
@@ -41,7 +85,7 @@ class DynamicShapeInStep(Rule):
         "one-argument `torch.where(cond)`, and boolean-mask indexing `x[mask]` where the mask is a comparison "
         "written inline (`logits[labels != -100]`), assigned from one in the same function or returned as one by a "
         "function of the module (`fg_mask, _ = self.in_boxes(...)`), also along another dimension (`x[:, mask]`), or a graph "
-        "split mask (`out[data.train_mask]`, `g.ndata[\"val_mask\"]`: boolean in PyG and DGL). Writing "
+        'split mask (`out[data.train_mask]`, `g.ndata["val_mask"]`: boolean in PyG and DGL). Writing '
         "through a mask (`x[mask] = 0`) is not flagged: PyTorch turns it into a `masked_fill_` without a sync. "
         "The uses of one mask in one step (until it is assigned again) are one finding, at the first, naming "
         "the lines of the others: its indices, found once, serve them all with one sync."
@@ -195,7 +239,7 @@ class DynamicShapeInStep(Rule):
     confirmed_by = ("LA601",)
     node_types = (cst.Call, cst.Subscript)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if isinstance(node, cst.Subscript):
             yield from self._mask_index(node, ctx)
             return
@@ -204,18 +248,27 @@ class DynamicShapeInStep(Rule):
             first = next((arg.value for arg in node.args if arg.keyword is None and not arg.star), None)
             if first is not None and ctx.kind(first) in (Kind.HOST_TENSOR, Kind.NOT_TENSOR):
                 return  # counting on the host: `torch.unique(torch.tensor(sizes))` waits for no GPU
-            yield Report(node, f"`{qualified}` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step")
+            yield Report(
+                node,
+                f"`{qualified}` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step",
+            )
             return
         if qualified == "torch.where":
             if len(node.args) == 1 and node.args[0].keyword is None:
-                yield Report(node, "one-argument `torch.where` is `nonzero`: the CPU waits for the GPU to count the matches, once per step")
+                yield Report(
+                    node,
+                    "one-argument `torch.where` is `nonzero`: the CPU waits for the GPU to count the matches, once per step",
+                )
             return
         receiver = ctx.method_call(node, *DATA_DEPENDENT_METHODS)
         if receiver is not None and _read_at_once(node, ctx):
             return  # `(ts == t).nonzero().item()`: one place that waits, reported once, by LA101
         if receiver is not None and ctx.maybe_tensor(receiver) and not _is_static_nonzero(node):
             method = node.func.attr.value
-            yield Report(node, f"`.{method}()` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step")
+            yield Report(
+                node,
+                f"`.{method}()` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step",
+            )
 
     def _mask_index(self, node: cst.Subscript, ctx):
         if id(node) in ctx.index.stored_subscripts:
@@ -236,7 +289,13 @@ class DynamicShapeInStep(Rule):
         if depth > 5:
             return False
         if isinstance(expr, cst.Comparison):
-            plain = all(isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)) for c in expr.comparisons)
+            plain = all(
+                isinstance(
+                    c.operator,
+                    (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual),
+                )
+                for c in expr.comparisons
+            )
             return plain and ctx.is_tensor(expr)
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
             return self._is_mask(expr.expression, ctx, depth + 1)
@@ -251,7 +310,9 @@ class DynamicShapeInStep(Rule):
             # `pos.unsqueeze(pos.dim()).expand_as(loc_data)` (SSD's MultiBoxLoss): the same mask, reshaped
             receiver = ctx.method_call(expr, *_RESHAPES)
             return receiver is not None and self._is_mask(receiver, ctx, depth + 1)
-        if isinstance(expr, (cst.Name, cst.Attribute)) and _SPLIT_MASK.match(expr.value if isinstance(expr, cst.Name) else expr.attr.value):
+        if isinstance(expr, (cst.Name, cst.Attribute)) and _SPLIT_MASK.match(
+            expr.value if isinstance(expr, cst.Name) else expr.attr.value
+        ):
             return True
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
             key = getattr(expr.slice[0].slice, "value", None)
@@ -302,7 +363,11 @@ class DynamicShapeInStep(Rule):
         return False
 
     def _binding_is_mask(self, binding, ctx, depth: int) -> bool:
-        if binding.kind in ("value", "element") and isinstance(binding.value, cst.Call) and self._returns_mask(binding, ctx, depth):
+        if (
+            binding.kind in ("value", "element")
+            and isinstance(binding.value, cst.Call)
+            and self._returns_mask(binding, ctx, depth)
+        ):
             return True  # `fg_mask, matched = self.get_in_boxes_info(...)`, which computes the mask it returns
         if binding.kind == "value":
             return self._is_mask(binding.value, ctx, depth + 1)
@@ -319,7 +384,9 @@ def _read_at_once(node: cst.Call, ctx) -> bool:
     attribute = ctx.parent(node)
     call = ctx.parent(attribute) if isinstance(attribute, cst.Attribute) else None
     return (
-        isinstance(call, cst.Call) and call.func is attribute and attribute.attr.value in ("item", "tolist")
+        isinstance(call, cst.Call)
+        and call.func is attribute
+        and attribute.attr.value in ("item", "tolist")
         and not call.args
     )
 
@@ -345,7 +412,9 @@ def _uses_of_mask(use: cst.CSTNode, mask: cst.BaseExpression, ctx) -> Group:
     """The uses of one mask in one step body are one problem: each counts the mask again, with a
     sync, where counting it once (its indices) would do for all of them."""
     return Group(
-        (ctx.one_pass(use), _mask_identity(mask, ctx)), noun="use", where="of this mask in this step",
+        (ctx.one_pass(use), _mask_identity(mask, ctx)),
+        noun="use",
+        where="of this mask in this step",
         advice="find its indices once (`idx = mask.nonzero(as_tuple=True)`, then `x[idx]`), one sync for all",
     )
 

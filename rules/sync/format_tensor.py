@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
-from loopaudit.analysis import terminal_name
-from loopaudit.rule_api.rule import Report, Rule
+from loopaudit.rule_api import Report, Rule, RuleContext, terminal_name
 
 _LOGGER_NAME = re.compile(r"(?i)^(log|logger|_logger|logging|LOGGER|_log)$|_logger$")
 # `logger.debug("%s", t)` formats its arguments only when debug logging is on, which it seldom is in
@@ -46,10 +46,10 @@ class FormatTensorInStep(Rule):
     )
     what_it_flags = (
         "A CUDA tensor turned into text in code that runs once per step: `print(loss)`, `str(t)`, "
-        "f-strings (`f\"{loss:.3f}\"`), `\"%f\" % loss`, `\"{}\".format(loss)`, `logging`/`logger` calls "
+        'f-strings (`f"{loss:.3f}"`), `"%f" % loss`, `"{}".format(loss)`, `logging`/`logger` calls '
         "with a tensor argument (except `debug`, which formats only when debug logging is on), progress bars given a tensor (`pbar.set_postfix(loss=loss)`), "
         "TensorBoard's `writer.add_scalar(tag, loss, step)` and `wandb.log({\"loss\": loss})`. Lightning's "
-        "`self.log(\"loss\", loss)` is not flagged: Lightning keeps logged tensors on the device. "
+        '`self.log("loss", loss)` is not flagged: Lightning keeps logged tensors on the device. '
         "Only values shown to be tensors are flagged; "
         "`loss.item()` inside the same f-string is LA101's finding, not this one."
     )
@@ -120,10 +120,13 @@ class FormatTensorInStep(Rule):
     confirmed_by = ("LA601",)
     node_types = (cst.Call, cst.FormattedStringExpression, cst.BinaryOperation)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if isinstance(node, cst.FormattedStringExpression):
             if ctx.is_tensor(node.expression):
-                yield Report(node.expression, f"`{{{ctx.source(node.expression)}}}` formats a tensor in an f-string: its value is read on the host, so the CPU stalls until the GPU drains, once per step")
+                yield Report(
+                    node.expression,
+                    f"`{{{ctx.source(node.expression)}}}` formats a tensor in an f-string: its value is read on the host, so the CPU stalls until the GPU drains, once per step",
+                )
         elif isinstance(node, cst.BinaryOperation):
             if isinstance(node.operator, cst.Modulo) and _is_string_expression(node.left):
                 if isinstance(node.right, cst.Tuple):
@@ -131,7 +134,10 @@ class FormatTensorInStep(Rule):
                 else:
                     values = [node.right]
                 if any(ctx.is_tensor(value) for value in values):
-                    yield Report(node, "`%` formats a tensor: its value is read on the host, so the CPU stalls until the GPU drains, once per step")
+                    yield Report(
+                        node,
+                        "`%` formats a tensor: its value is read on the host, so the CPU stalls until the GPU drains, once per step",
+                    )
         else:
             yield from self._call(node, ctx)
 
@@ -141,7 +147,10 @@ class FormatTensorInStep(Rule):
         if isinstance(func, cst.Name):
             if func.value in _FORMATTING_BUILTINS and ctx.qualified_name(func) is None:
                 if any(ctx.is_tensor(arg) for arg in _positional(node)):
-                    yield Report(node, f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step")
+                    yield Report(
+                        node,
+                        f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step",
+                    )
             return
         if not isinstance(func, cst.Attribute):
             return
@@ -151,16 +160,24 @@ class FormatTensorInStep(Rule):
         if method == "log" and (qualified == "wandb.log" or "wandb" in (terminal_name(receiver) or "")):
             # wandb.log({"loss": loss}) turns each tensor value into a number on the host.
             tensor_args = any(ctx.is_tensor(value) for arg in arguments for value in _dict_values(arg))
-        elif method == "format" and isinstance(receiver, _STRINGS):
-            tensor_args = any(ctx.is_tensor(arg) for arg in arguments)
-        elif method in _LOG_METHODS and (qualified.startswith("logging.") or _LOGGER_NAME.search(terminal_name(receiver) or "")):
-            tensor_args = any(ctx.is_tensor(arg) for arg in arguments)
-        elif method in {"set_postfix", "set_postfix_str", "set_description"}:
+        elif (
+            (method == "format" and isinstance(receiver, _STRINGS))
+            or (
+                method in _LOG_METHODS
+                and (qualified.startswith("logging.") or _LOGGER_NAME.search(terminal_name(receiver) or ""))
+            )
+            or method in {"set_postfix", "set_postfix_str", "set_description"}
+        ):
             tensor_args = any(ctx.is_tensor(arg) for arg in arguments)
         elif method == "add_scalar":
-            values = _positional(node)[1:2] + [arg.value for arg in node.args if arg.keyword and arg.keyword.value == "scalar_value"]
+            values = _positional(node)[1:2] + [
+                arg.value for arg in node.args if arg.keyword and arg.keyword.value == "scalar_value"
+            ]
             tensor_args = any(ctx.is_tensor(value) for value in values)
         else:
             return
         if tensor_args:
-            yield Report(node, f"`{ctx.source(func)}(...)` is given a tensor: formatting it reads its value on the host, so the CPU stalls until the GPU drains, once per step")
+            yield Report(
+                node,
+                f"`{ctx.source(func)}(...)` is given a tensor: formatting it reads its value on the host, so the CPU stalls until the GPU drains, once per step",
+            )

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
-from loopaudit.analysis import terminal_name
-from loopaudit.rule_api.rule import Group, Report, Rule
-
+from loopaudit.rule_api import Group, Report, Rule, RuleContext, terminal_name
 from loopaudit.rules.sync.dynamic_shape import DATA_DEPENDENT_METHODS
 
 # `GradScaler.get_scale()` returns `self._scale.item()`, and `state_dict()` calls it: a sync hidden in
@@ -33,7 +32,9 @@ def _reads_in_step(node: cst.CSTNode, ctx) -> Group:
     """The reads of one step body are one problem: each drains the GPU queue, and stacking the values
     into one tensor read once (or reading them every N steps) fixes them all."""
     return Group(
-        ctx.one_pass(node), noun="read", where="in this step",
+        ctx.one_pass(node),
+        noun="read",
+        where="in this step",
         advice="stack them (`torch.stack([a, b]).tolist()`) and read once, or read them every N steps",
     )
 
@@ -48,8 +49,11 @@ _REDUCTIONS = frozenset({"sum", "mean", "norm", "prod", "std", "var"})
 def _legacy_read(node: cst.Subscript, ctx) -> cst.BaseExpression | None:
     """The tensor a PyTorch 0.3 scalar read `loss.data[0]` reads, or None."""
     if not (
-        isinstance(node.value, cst.Attribute) and node.value.attr.value == "data" and len(node.slice) == 1
-        and isinstance(node.slice[0].slice, cst.Index) and isinstance(node.slice[0].slice.value, cst.Integer)
+        isinstance(node.value, cst.Attribute)
+        and node.value.attr.value == "data"
+        and len(node.slice) == 1
+        and isinstance(node.slice[0].slice, cst.Index)
+        and isinstance(node.slice[0].slice.value, cst.Integer)
         and node.slice[0].slice.value.value == "0"
     ):
         return None
@@ -97,7 +101,7 @@ class ItemInStep(Rule):
         "script that targets CUDA, including metric accumulation such as "
         "`correct += (pred == y).sum().item()` and progress bars such as `pbar.set_postfix(loss=loss.item())`, "
         "and the `.item()` hidden in a gradient scaler: `scaler.get_scale()` and `loss_scaler.state_dict()` "
-        "(as DeiT and MAE log `loss_scaler.state_dict()[\"scale\"]` every step). "
+        '(as DeiT and MAE log `loss_scaler.state_dict()["scale"]` every step). '
         "In code written for PyTorch 0.3 and earlier, `loss.data[0]` was the same read; it is flagged where the "
         "value is one number by its name (`loss`, `correct`, `mse`, `acc`) or its making (`F.mse_loss(...)`, "
         "`x.sum()`), not where `.data[0]` takes a batch's first row (`out.data[0].numpy()`). "
@@ -121,7 +125,7 @@ class ItemInStep(Rule):
         "    running_loss += loss.item()\n"
     )
     use_instead = (
-        "running_loss = torch.zeros((), device=\"cuda\")\n"
+        'running_loss = torch.zeros((), device="cuda")\n'
         "for step, (x, y) in enumerate(train_loader):\n"
         "    loss = criterion(model(x.cuda()), y.cuda())\n"
         "    loss.backward()\n"
@@ -159,8 +163,7 @@ class ItemInStep(Rule):
         "        y = y.cpu().numpy()\n"
         "    peak = y.max().item()\n",
         # A metric logger whose `update(**kwargs)` reads each value, handed only Python numbers.
-        _METRIC_LOGGER.replace("MARK", "") +
-        "for step, x in enumerate(train_loader):\n"
+        _METRIC_LOGGER.replace("MARK", "") + "for step, x in enumerate(train_loader):\n"
         "    loss = model(x.cuda(non_blocking=True)).sum()\n"
         "    loss.backward()\n"
         "    if step % 100 == 0:\n"
@@ -260,8 +263,7 @@ class ItemInStep(Rule):
     )
     invalid = (
         # The same logger: a caller passes the loss itself.
-        _METRIC_LOGGER.replace("MARK", "  # expect: LA101") +
-        "for x in train_loader:\n"
+        _METRIC_LOGGER.replace("MARK", "  # expect: LA101") + "for x in train_loader:\n"
         "    loss = model(x.cuda(non_blocking=True)).sum()\n"
         "    loss.backward()\n"
         "    meters.update(loss=loss, lr=optimizer.param_groups[0]['lr'])\n",
@@ -367,7 +369,7 @@ class ItemInStep(Rule):
     confirmed_by = ("LA601",)
     node_types = (cst.Call, cst.Subscript)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if isinstance(node, cst.Subscript):
             if _legacy_read(node, ctx) is not None:
                 yield Report(
@@ -394,7 +396,9 @@ class ItemInStep(Rule):
         if receiver is None or node.args or not ctx.maybe_tensor(receiver):
             return
         what = "tensor" if node.func.attr.value == "tolist" else "value"
-        message = f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step"
+        message = (
+            f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step"
+        )
         if isinstance(receiver, cst.Call) and ctx.method_call(receiver, *DATA_DEPENDENT_METHODS) is not None:
             # `(ts == t).nonzero().item()`: LA105 leaves this line to us, so the message names both waits
             message = (
@@ -402,6 +406,7 @@ class ItemInStep(Rule):
                 f"count its elements, `.{node.func.attr.value}()` to copy them to the host"
             )
         yield Report(
-            node, message,
+            node,
+            message,
             group=_reads_in_step(node, ctx),
         )

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.rule import Report, Rule
+from loopaudit.rule_api import Report, Rule, RuleContext
 
-_SYNCHRONIZE_FUNCTIONS = frozenset({"torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.cuda.current_stream"})
+_SYNCHRONIZE_FUNCTIONS = frozenset(
+    {"torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.cuda.current_stream"}
+)
 
 
 class SynchronizeInStep(Rule):
@@ -87,9 +91,13 @@ class SynchronizeInStep(Rule):
     confirmable_on_cpu = False  # torch.cuda.synchronize() raises without CUDA
     node_types = (cst.Call,)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         qualified = ctx.qualified_name(node.func) or ""
         if qualified in ("torch.cuda.synchronize", "torch.accelerator.synchronize"):
-            yield Report(node, f"`{qualified}()` blocks the CPU until the GPU has finished all queued work, once per step")
+            yield Report(
+                node, f"`{qualified}()` blocks the CPU until the GPU has finished all queued work, once per step"
+            )
         elif ctx.method_call(node, "synchronize") is not None and not node.args:
-            yield Report(node, f"`{ctx.source(node)}` blocks the CPU until the GPU has finished the queued work, once per step")
+            yield Report(
+                node, f"`{ctx.source(node)}` blocks the CPU until the GPU has finished the queued work, once per step"
+            )

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
-from loopaudit.rule_api.rule import Report, Rule
-from loopaudit.analysis import iter_subtree
+from loopaudit.rule_api import Report, Rule, RuleContext, iter_subtree
 
 _CONVERSIONS = frozenset({"float", "int", "bool", "complex"})
 
@@ -62,7 +63,9 @@ class TensorTruthValueInStep(Rule):
         "    if step % 100 == 0 and bad_steps.item():\n"
         "        print('non-finite losses seen')\n"
     )
-    fix_safety = "No automatic fix: a branch on a device value needs a device-side formulation, which changes the code's shape."
+    fix_safety = (
+        "No automatic fix: a branch on a device value needs a device-side formulation, which changes the code's shape."
+    )
     valid = (
         # A presence check of an optional value (SlowFast's extra losses: None, or a list of them).
         "import torch\n"
@@ -158,7 +161,7 @@ class TensorTruthValueInStep(Rule):
     confirmed_by = ("LA601",)
     node_types = (cst.If, cst.While, cst.Assert, cst.IfExp, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
 
-    def check(self, node, ctx):
+    def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         if isinstance(node, (cst.If, cst.While, cst.IfExp, cst.Assert)):
             tested = _tested(node.test)
         elif isinstance(node, cst.BooleanOperation):
@@ -172,7 +175,10 @@ class TensorTruthValueInStep(Rule):
             if _may_be_none(operand, ctx):
                 continue  # `loss_extra = None` ... `if loss_extra:`: a presence check of an optional value
             if ctx.is_tensor(operand):
-                yield Report(operand, f"`{ctx.source(operand)}` is a tensor used as a condition: Python reads its value on the host, so the CPU stalls until the GPU drains, once per step")
+                yield Report(
+                    operand,
+                    f"`{ctx.source(operand)}` is a tensor used as a condition: Python reads its value on the host, so the CPU stalls until the GPU drains, once per step",
+                )
         if isinstance(node, cst.Call):
             yield from self._conversion(node, ctx)
 
@@ -191,7 +197,8 @@ class TensorTruthValueInStep(Rule):
         if isinstance(func, cst.Name) and func.value in _CONVERSIONS and ctx.qualified_name(func) is None:
             if len(positional) == 1 and ctx.is_tensor(positional[0]):
                 yield Report(
-                    node, f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step",
+                    node,
+                    f"`{func.value}()` of a tensor reads its value on the host: the CPU stalls until the GPU drains, once per step",
                     suggestion=None if func.value == "bool" else self._KEEP_ON_DEVICE,
                 )
             return
@@ -210,7 +217,8 @@ class TensorTruthValueInStep(Rule):
         qualified = ctx.qualified_name(func) or ""
         if qualified.startswith("math.") and any(ctx.is_tensor(arg) for arg in positional):
             yield Report(
-                node, f"`{qualified}()` converts a tensor to a Python float: the CPU stalls until the GPU drains, once per step",
+                node,
+                f"`{qualified}()` converts a tensor to a Python float: the CPU stalls until the GPU drains, once per step",
                 suggestion=self._KEEP_ON_DEVICE,
             )
 

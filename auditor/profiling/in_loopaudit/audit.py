@@ -15,11 +15,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from loopaudit.findings.finding import Finding, Location, rule_url
+from loopaudit.profiling.in_loopaudit.evidence import RunEvidence
+from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
+from loopaudit.profiling.in_script.report import SiteRecord
 from loopaudit.rule_api.registry import rule_by_code
 from loopaudit.rule_api.rule import Observation, RuntimeRule
-from loopaudit.profiling.in_loopaudit.evidence import RunEvidence
-from loopaudit.profiling.in_script.report import SiteRecord
-from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 
 
 def display_path(path: str) -> str:

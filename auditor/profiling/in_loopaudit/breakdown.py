@@ -56,7 +56,11 @@ class Breakdown:
 
     def share(self, part: str) -> float | None:
         total = sum(row.total_ms for row in self.rows)
-        if not total or (part == "sync_stall" and not self.sync_measured) or (part == "data_wait" and not self.data_measured):
+        if (
+            not total
+            or (part == "sync_stall" and not self.sync_measured)
+            or (part == "data_wait" and not self.data_measured)
+        ):
             return None
         return sum(row.part(part) for row in self.rows) / total
 
@@ -71,6 +75,9 @@ def from_run(run: RunEvidence) -> Breakdown:
 
 
 def from_trace(trace: TraceAnalysis) -> Breakdown:
-    rows = [StepRow(step.name, step.duration_us / 1000, step.dataloader_us / 1000, step.sync_us / 1000) for step in trace.steps]
+    rows = [
+        StepRow(step.name, step.duration_us / 1000, step.dataloader_us / 1000, step.sync_us / 1000)
+        for step in trace.steps
+    ]
     gpu = trace.gpu_idle_fraction is not None
     return Breakdown(rows, sync_measured=gpu, data_measured=bool(trace.dataloader_names))

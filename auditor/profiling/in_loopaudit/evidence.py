@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from loopaudit.findings.finding import Finding
-from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
+from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport
 
 
 @dataclass
@@ -34,8 +34,7 @@ class RunEvidence:
             return False
         path = os.path.abspath(file)
         return any(
-            finding.code == code and os.path.abspath(finding.filename) == path
-            and line in finding.rows()
+            finding.code == code and os.path.abspath(finding.filename) == path and line in finding.rows()
             for finding in self.scan
         )
 
@@ -55,7 +54,7 @@ class RunEvidence:
         return round(count / self.steps_measured, 3) if self.steps_measured else 0.0
 
     def counted(self, record) -> str:
-        """"1 per step (20 in 20 measured steps)" for a site record."""
+        """ "1 per step (20 in 20 measured steps)" for a site record."""
         return f"{self.per_step(record.count):g} per step ({record.count} in {steps_phrase(self.steps_measured, 'measured')})"
 
     def observed(self, record) -> dict:

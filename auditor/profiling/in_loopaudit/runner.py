@@ -32,6 +32,7 @@ SIGUSR1 on SLURM).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -100,15 +101,34 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
         with open(asking, "wb", buffering=0) as control:
             try:
                 with open(files.config, "w", encoding="utf-8") as stream:
-                    json.dump({
-                        "warmup": request.warmup, "steps": request.steps, "profile": request.profile,
-                        "trace_out": request.trace_out, "report": files.report, "stop": request.stop,
-                        "started": files.started, "progress": files.progress if request.on_progress else None,
-                        "control": listening, "work": work,
-                    }, stream)
-                command = [sys.executable, "-m", "loopaudit.profiling.in_script.child", files.config, request.script, *request.args]
+                    json.dump(
+                        {
+                            "warmup": request.warmup,
+                            "steps": request.steps,
+                            "profile": request.profile,
+                            "trace_out": request.trace_out,
+                            "report": files.report,
+                            "stop": request.stop,
+                            "started": files.started,
+                            "progress": files.progress if request.on_progress else None,
+                            "control": listening,
+                            "work": work,
+                        },
+                        stream,
+                    )
+                command = [
+                    sys.executable,
+                    "-m",
+                    "loopaudit.profiling.in_script.child",
+                    files.config,
+                    request.script,
+                    *request.args,
+                ]
                 child = subprocess.Popen(
-                    command, stdout=request.script_output, pass_fds=(listening,), start_new_session=True,
+                    command,
+                    stdout=request.script_output,
+                    pass_fds=(listening,),
+                    start_new_session=True,
                 )
             finally:
                 os.close(listening)  # the child's end: loopaudit keeps only its own
@@ -213,10 +233,9 @@ def _stop(child: subprocess.Popen, files: _Files, control, signals: _Signals) ->
 def _end_group(child: subprocess.Popen) -> None:
     """Kill what is left of the script's process group (its workers, the script itself if it runs
     on), reap the script's process, and wait until the rest of the group is gone."""
-    try:
+    # ProcessLookupError: nothing left, the group ended with the script (reaped already where there is no waitid)
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # nothing left: the group ended with the script (reaped already where there is no waitid)
     child.wait()
     _wait_until(lambda: not _group_exists(child.pid), _GROUP_EXIT_SECONDS)
 

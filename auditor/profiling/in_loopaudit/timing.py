@@ -17,6 +17,6 @@ def median_and_p90(values_ms: Sequence[float]) -> dict[str, float | None]:
 
 
 def steps_phrase(count: int, adjective: str = "") -> str:
-    """"1 step", "6 measured steps": reports count steps in many places."""
+    """ "1 step", "6 measured steps": reports count steps in many places."""
     words = f"{adjective} step" if adjective else "step"
     return f"{count} {words}{'' if count == 1 else 's'}"

@@ -130,8 +130,15 @@ def load_trace(path: str | Path) -> Trace:
         if args:
             byte_count, stack = args.get("bytes"), args.get("Call stack")
             event = Event(
-                hold(str(name)), category, ts, dur, hold(pid), hold(tid), args.get("correlation"),
-                byte_count if isinstance(byte_count, (int, float)) else None, hold(stack) if type(stack) is str else None,
+                hold(str(name)),
+                category,
+                ts,
+                dur,
+                hold(pid),
+                hold(tid),
+                args.get("correlation"),
+                byte_count if isinstance(byte_count, (int, float)) else None,
+                hold(stack) if type(stack) is str else None,
             )
         else:
             event = Event(hold(str(name)), category, ts, dur, hold(pid), hold(tid))
@@ -144,7 +151,7 @@ def load_trace(path: str | Path) -> Trace:
     if not reader.has_event_list:
         raise TraceError(f"{path} is not a profiler trace: no `traceEvents` list")
     if not events:
-        raise TraceError(f"{path} holds no timed events (\"ph\": \"X\"): not a torch.profiler trace, or an empty one")
+        raise TraceError(f'{path} holds no timed events ("ph": "X"): not a torch.profiler trace, or an empty one')
     # Two stable sorts on one key each give the order of one sort on (ts, -dur), without building a
     # tuple and a negated float for every event: at this point that would double the memory held.
     events.sort(key=attrgetter("dur"), reverse=True)

@@ -19,25 +19,41 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from loopaudit.profiling.in_loopaudit.intervals import IntervalSet
-from loopaudit.profiling.in_script.sites import is_own_file
 from loopaudit.profiling.in_loopaudit.timing import median_and_p90
 from loopaudit.profiling.in_loopaudit.trace import GPU_ACTIVITY, Category, Event, Trace
+from loopaudit.profiling.in_script.sites import is_own_file
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _DATALOADER_PREFIX = "enumerate(DataLoader)"
 # Runtime calls that block the host until the device (or a stream, or an event) is done.
-SYNC_CALLS = frozenset({
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
-})
+SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
 ALLOCATOR_CALLS = frozenset({"cudaMalloc", "cudaFree", "hipMalloc", "hipFree", "cudaMallocHost", "cudaFreeHost"})
 FREE_CALLS = frozenset({"cudaFree", "hipFree"})
 # Operators that would wait for the device if their input lived there: on a CPU-only trace they are
 # reported as "would synchronize on CUDA".
-SYNCING_OPS = frozenset({
-    "aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
-    "aten::unique_consecutive", "aten::nonzero_static",
-})
+SYNCING_OPS = frozenset(
+    {
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::nonzero_static",
+    }
+)
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<function>.+)$")
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "\\torch\\", "/lib/python", "<built-in", "<frozen")
 
@@ -128,15 +144,18 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     gpu = [event for event in trace.events if event.category in GPU_ACTIVITY]
     runtime = trace.of(Category.RUNTIME)
     device_busy = IntervalSet((e.ts, e.end) for e in gpu + runtime)
-    loaders = [e for e in trace.events if e.name.startswith(_DATALOADER_PREFIX) and e.category in (Category.CPU_OP, Category.ANNOTATION)]
+    loaders = [
+        e
+        for e in trace.events
+        if e.name.startswith(_DATALOADER_PREFIX) and e.category in (Category.CPU_OP, Category.ANNOTATION)
+    ]
     step_of = _step_finder(steps) if steps and steps[0][0] != "whole trace" else (lambda event: 0)
     in_steps = lambda event: step_of(event) is not None  # noqa: E731
     syncs = _sync_sites(trace, [e for e in runtime if in_steps(e)], index, in_steps, step_of)
     breakdowns = []
     for name, start, end in steps:
         waiting = sum(
-            loader.dur - device_busy.covered(loader.ts, loader.end)
-            for loader in loaders if start <= loader.ts < end
+            loader.dur - device_busy.covered(loader.ts, loader.end) for loader in loaders if start <= loader.ts < end
         )
         stalled = sum(e.dur for e in runtime if e.name in SYNC_CALLS and start <= e.ts < end)
         breakdowns.append(StepBreakdown(name, start, end - start, waiting, stalled))
@@ -159,7 +178,9 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     idle = _gpu_idle(gpu + _stream_syncs(trace), runtime, steps)
     return TraceAnalysis(
         path=trace.path,
-        device=", ".join(sorted(set(trace.devices))) if trace.has_gpu and trace.devices else ("gpu" if trace.has_gpu else "cpu"),
+        device=", ".join(sorted(set(trace.devices)))
+        if trace.has_gpu and trace.devices
+        else ("gpu" if trace.has_gpu else "cpu"),
         steps=breakdowns,
         dataloader_fraction=dataloader_fraction,
         gpu_idle_fraction=idle[1] if idle else None,

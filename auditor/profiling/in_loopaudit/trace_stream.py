@@ -102,7 +102,9 @@ class TraceReader:
                 except _Refusal as refusal:
                     raise TraceError(self._refusal(self._location(), str(refusal))) from None
                 except UnicodeDecodeError:  # a string escape yajl passes but UTF-8 cannot hold: "\udcff"
-                    raise TraceError(self._refusal(self._location(), "holds a string that is not Unicode text")) from None
+                    raise TraceError(
+                        self._refusal(self._location(), "holds a string that is not Unicode text")
+                    ) from None
         except (gzip.BadGzipFile, EOFError, zlib.error) as error:
             raise TraceError(f"{self.path} is not a valid gzip file: {error}") from None
         except OSError as error:
@@ -284,7 +286,7 @@ def _json_problem(error: ijson.JSONError) -> str:
     if "floating point) overflow" in reason:
         return "is a number beyond the range of a double"
     if len(context) >= 2 and "^" in context[1]:
-        text = context[0][context[1].index("^") - 1:]
+        text = context[0][context[1].index("^") - 1 :]
         literal = next((word for word in ("NaN", "Infinity", "-Infinity") if text.startswith(word)), None)
         if literal is not None:
             return f"is {literal}: not a finite number (JSON has no NaN or Infinity)"
@@ -306,7 +308,9 @@ class _BoundedSource:
         if mark != self._mark:
             self._mark, self._mark_at = mark, self.consumed
         elif self.consumed - self._mark_at > MAX_VALUE_BYTES:
-            raise _Refusal(f"runs past {MAX_VALUE_BYTES >> 20} MiB without ending: no profiler writes a value that large")
+            raise _Refusal(
+                f"runs past {MAX_VALUE_BYTES >> 20} MiB without ending: no profiler writes a value that large"
+            )
         chunk = self._raw.read(size)
         self.consumed += len(chunk)
         return chunk

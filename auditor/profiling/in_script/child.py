@@ -35,7 +35,10 @@ def main() -> tuple[int, bool]:
     sys.path[0] = os.path.dirname(os.path.abspath(script))
 
     try:
-        from loopaudit.profiling.in_script.probe import AuditComplete, Probe  # imports torch: after argv is set, as for the script
+        from loopaudit.profiling.in_script.probe import (  # imports torch: after argv is set, as for the script
+            AuditComplete,
+            Probe,
+        )
     except ImportError as error:
         _report_missing_torch(config["report"], error)
         return EXIT_NO_PROBE, False

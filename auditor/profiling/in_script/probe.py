@@ -44,7 +44,13 @@ class AuditComplete(BaseException):
 
 class Probe:
     def __init__(
-        self, warmup: int, steps: int, profile: bool, trace_out: str | None, report: str, stop: bool,
+        self,
+        warmup: int,
+        steps: int,
+        profile: bool,
+        trace_out: str | None,
+        report: str,
+        stop: bool,
         progress: str | None = None,
     ) -> None:
         self.warmup, self.window, self.profile, self.trace_out = warmup, steps, profile, trace_out
@@ -90,7 +96,11 @@ class Probe:
 
     def _wrap_dataloader(self) -> None:
         probe = self
-        original_init, original_iter, original_next = DataLoader.__init__, DataLoader.__iter__, _BaseDataLoaderIter.__next__
+        original_init, original_iter, original_next = (
+            DataLoader.__init__,
+            DataLoader.__iter__,
+            _BaseDataLoaderIter.__next__,
+        )
 
         def __init__(loader, *args, **kwargs):
             original_init(loader, *args, **kwargs)
@@ -149,7 +159,8 @@ class Probe:
             site = getattr(loader, "_loopaudit_site", None) or (None, None)
             workers = loader.num_workers
             record = LoaderRecord(
-                file=site[0], line=site[1],
+                file=site[0],
+                line=site[1],
                 dataset=type(loader.dataset).__name__,
                 batch_size=loader.batch_size,
                 num_workers=workers,
@@ -357,4 +368,3 @@ class Probe:
             child.terminate()
         for child in multiprocessing.active_children():
             child.join(timeout=2)
-

@@ -133,8 +133,11 @@ class ProbeReport:
         with open(path, encoding="utf-8") as stream:
             data = json.load(stream)
         nested = {
-            "steps": StepRecord, "syncs": SiteRecord, "empty_cache": SiteRecord,
-            "loaders": LoaderRecord, "batch_moves": BatchMove,
+            "steps": StepRecord,
+            "syncs": SiteRecord,
+            "empty_cache": SiteRecord,
+            "loaders": LoaderRecord,
+            "batch_moves": BatchMove,
         }
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}

@@ -27,6 +27,7 @@ import functools
 import os
 import threading
 import time
+
 import torch
 
 from loopaudit.profiling.in_script.report import BatchMove, SiteRecord
@@ -54,8 +55,14 @@ def _has_bool_mask(index) -> bool:
 # arguments (args include `self` for methods) that says whether this call needs a device value.
 _ALWAYS = None
 _SCALAR_READS = {
-    "item": "item", "tolist": "tolist", "__bool__": "bool", "__float__": "float", "__int__": "int",
-    "__index__": "index", "__format__": "format", "__repr__": "format",
+    "item": "item",
+    "tolist": "tolist",
+    "__bool__": "bool",
+    "__float__": "float",
+    "__int__": "int",
+    "__index__": "index",
+    "__format__": "format",
+    "__repr__": "format",
 }
 _DATA_DEPENDENT = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount")
 
@@ -236,7 +243,11 @@ class SyncSpy:
             return False
         # No GPU here: only the user's own calls count, and not on DataLoader output that the script
         # leaves on the host while it moves other batch tensors (a CUDA run keeps it there too).
-        if getattr(tensor, BATCH_TAG, None) is not None and not getattr(tensor, MOVED_TAG, False) and self.moves_batches:
+        if (
+            getattr(tensor, BATCH_TAG, None) is not None
+            and not getattr(tensor, MOVED_TAG, False)
+            and self.moves_batches
+        ):
             return False
         caller = caller_frame()
         return caller is not None and is_user_file(caller.f_code.co_filename)
@@ -272,7 +283,11 @@ class SyncSpy:
         """The user's line, and the library function between it and the call, if any."""
         frame = caller_frame()
         via = None
-        if frame is not None and not is_user_file(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith("<"):
+        if (
+            frame is not None
+            and not is_user_file(frame.f_code.co_filename)
+            and not frame.f_code.co_filename.startswith("<")
+        ):
             via = f"{_short_path(frame.f_code.co_filename)}:{frame.f_code.co_qualname}"
         frame = user_frame(frame)
         if frame is None:
@@ -385,7 +400,7 @@ class BatchTracker:
         elif isinstance(batch, (list, tuple)):
             for item in batch[:64]:
                 self.tag(item, loader, depth + 1)
-        elif isinstance(batch, dict) or hasattr(batch, "items") and hasattr(batch, "keys"):
+        elif isinstance(batch, dict) or (hasattr(batch, "items") and hasattr(batch, "keys")):
             try:
                 values = list(batch.values())[:64]
             except Exception:  # a mapping-like object of the user's that does not behave
