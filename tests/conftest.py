@@ -12,7 +12,8 @@ import pytest
 
 from loopaudit.findings.finding import Finding
 from loopaudit.rule_api.registry import all_rules, select_rules
-from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.scan.engine import analyze_text
+from loopaudit.scan.options import ScanOptions
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -55,7 +56,7 @@ def run_cli(
     result.out = result.stdout.decode("utf-8", "replace")
     result.err = result.stderr.decode("utf-8", "replace")
     if script_may_fail:
-        assert "runpy" not in result.err and "profiling/child.py" not in result.err, result.err
+        assert "runpy" not in result.err and "profiling/in_script/child.py" not in result.err, result.err
     else:
         assert "Traceback" not in result.err, result.err
     return result

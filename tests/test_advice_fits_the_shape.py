@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.scan.engine import analyze_text
+from loopaudit.scan.options import ScanOptions
 
 from .conftest import run_cli
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import ScanOptions, analyze_many, analyze_text
+from loopaudit.scan.engine import analyze_many, analyze_text
+from loopaudit.scan.options import ScanOptions
 
 OPTIONS = ScanOptions(rules=all_rules())
 

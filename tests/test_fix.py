@@ -15,8 +15,9 @@ import libcst as cst
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.scan.engine import analyze_text
 from loopaudit.scan.fixing import _write, fix_file
+from loopaudit.scan.options import ScanOptions
 
 from .conftest import FIXTURES, run_cli
 from .test_rule_examples import SOURCE_RULES
@@ -24,8 +25,8 @@ from .test_rule_examples import SOURCE_RULES
 FIXABLE_FIXTURES = [
     "mnist_cuda.py",
     "data_dataloader_without_pin_memory_bad.py",
-    "memory_zero_grad_bad.py",
-    "memory_accumulate_bad.py",
+    "memory_zero_grad_memset_bad.py",
+    "memory_loss_accumulated_with_graph_bad.py",
     "data_blocking_batch_copy_bad.py",
 ]
 AMP = textwrap.dedent("""\
@@ -76,10 +77,10 @@ def test_fix_applies_safe_fixes_and_a_second_fix_changes_nothing(project):
 
 def test_unsafe_fixes_only_when_asked(project):
     run_cli("scan", ".", "--fix", cwd=project)
-    assert "running_loss += loss\n" in (project / "memory_accumulate_bad.py").read_text()
+    assert "running_loss += loss\n" in (project / "memory_loss_accumulated_with_graph_bad.py").read_text()
     result = run_cli("scan", ".", "--fix", "--unsafe-fixes", "--output-format", "concise", cwd=project)
     assert "Fixed 1 finding" in result.out
-    assert "running_loss += loss.detach()\n" in (project / "memory_accumulate_bad.py").read_text()
+    assert "running_loss += loss.detach()\n" in (project / "memory_loss_accumulated_with_graph_bad.py").read_text()
     assert not [f for f in scan_json(project) if f["code"] == "LA403"]
 
 

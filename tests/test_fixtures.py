@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+
+from loopaudit.rule_api.registry import all_rules
 
 from .conftest import FIXTURES, run_cli
 
@@ -37,3 +40,26 @@ def test_every_fixture_has_recorded_findings():
 def test_the_clean_and_cpu_only_fixtures_are_clean():
     result = run_cli("scan", str(FIXTURES / "clean_optimized.py"), str(FIXTURES / "cpu_only.py"))
     assert result.returncode == 0
+
+
+# Scripts that show a whole training setup rather than one rule's problem.
+SCENARIOS = {
+    "clean_optimized",
+    "cpu_only",
+    "hf_trainer_subclass",
+    "lightning_module",
+    "mnist_cuda",
+    "nanogpt_style",
+    "torch_aliases",
+}
+RULE_FIXTURE = re.compile(r"^(?P<family>[a-z]+)_(?P<rule>[a-z0-9_]+?)_(?:bad|fixed)(?:_[a-z0-9]+)?$")
+
+
+def test_rule_fixtures_are_named_after_their_rule():
+    rules = {(rule.__module__.split(".")[2], rule.name.replace("-", "_")) for rule in all_rules()}
+    for script in SCRIPTS:
+        if script.stem in SCENARIOS:
+            continue
+        named = RULE_FIXTURE.match(script.stem)
+        assert named, f"{script.name}: name it <family>_<rule_name>_bad.py / _fixed.py, or list it in SCENARIOS"
+        assert (named["family"], named["rule"]) in rules, f"{script.name} names no rule of that family"

@@ -13,7 +13,8 @@ import os
 import random
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import ScanOptions, analyze_many
+from loopaudit.scan.engine import analyze_many
+from loopaudit.scan.options import ScanOptions
 
 from .conftest import FIXTURES
 

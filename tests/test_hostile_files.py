@@ -17,7 +17,8 @@ import pytest
 
 from loopaudit.rule_api.registry import all_rules
 from loopaudit.scan import engine
-from loopaudit.scan.engine import ScanOptions, analyze_bytes, analyze_many
+from loopaudit.scan.engine import analyze_bytes, analyze_many
+from loopaudit.scan.options import ScanOptions
 
 from .conftest import FIXTURES, loopaudit_command, run_cli
 

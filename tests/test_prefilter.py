@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from loopaudit.rule_api.registry import all_rules, select_rules
-from loopaudit.scan.engine import ScanOptions, passes_prefilter
+from loopaudit.scan.engine import passes_prefilter
+from loopaudit.scan.options import ScanOptions
 from loopaudit.scan.prefilter import may_contain_findings
 
 from .conftest import FIXTURES, findings_of

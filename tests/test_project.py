@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import ScanOptions, analyze_many
+from loopaudit.scan.engine import analyze_many
+from loopaudit.scan.options import ScanOptions
 
 from .conftest import run_cli
 

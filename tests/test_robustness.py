@@ -7,7 +7,8 @@ import random
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import ScanOptions, analyze_bytes
+from loopaudit.scan.engine import analyze_bytes
+from loopaudit.scan.options import ScanOptions
 
 from .conftest import FIXTURES, run_cli
 

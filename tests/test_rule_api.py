@@ -12,6 +12,7 @@ import libcst as cst
 import pytest
 
 import loopaudit.rule_api
+import loopaudit.rule_api.registry
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 RULE_API = "loopaudit.rule_api"
@@ -87,3 +88,17 @@ def test_rules_use_only_names_the_rule_api_declares():
     assert used <= set(loopaudit.rule_api.__all__), used - set(loopaudit.rule_api.__all__)
     missing = [name for name in loopaudit.rule_api.__all__ if not hasattr(loopaudit.rule_api, name)]
     assert not missing
+
+
+def _rule_classes():
+    return [rule for rule in loopaudit.rule_api.registry.all_rules()]
+
+
+@pytest.mark.parametrize("rule", _rule_classes(), ids=lambda rule: rule.code)
+def test_a_rule_file_and_class_are_named_after_the_rule(rule):
+    """`item-in-step` lives in `item_in_step.py` as `class ItemInStep` (a name that would shadow a
+    builtin, like `SyntaxError`, takes a `Rule` suffix), so a rule is found from its code's name."""
+    stem = rule.__module__.rpartition(".")[2]
+    assert stem == rule.name.replace("-", "_"), f"{rule.code}: rename {stem}.py to {rule.name.replace('-', '_')}.py"
+    pascal = "".join(part.capitalize() for part in rule.name.split("-"))
+    assert rule.__name__.lower() in (pascal.lower(), pascal.lower() + "rule"), f"{rule.code}: name the class {pascal}"

@@ -165,10 +165,10 @@ def declared_defaults(at) -> dict:
     UNKNOWN when its value is no literal, or when it is declared twice with different ones."""
     defaults: dict = {}
 
-    def declare(key: str, value) -> None:
+    def declare(key: str | bytes, value) -> None:
         defaults[key] = UNKNOWN if key in defaults and defaults[key] != value else value
 
-    def declare_default(key: str, default: cst.BaseExpression | None) -> None:
+    def declare_default(key: str | bytes, default: cst.BaseExpression | None) -> None:
         if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
             declare(key, default.evaluated_value)  # `default="cuda"`: a device the script runs on
         elif default is not None and counts_cpus(default, at):
@@ -191,6 +191,7 @@ def declared_defaults(at) -> dict:
         ]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         dest_expr = keywords.get("dest")
+        dest: str | bytes | None  # (`dest=b"x"` reads as bytes)
         if isinstance(dest_expr, cst.SimpleString):
             dest = dest_expr.evaluated_value
         else:

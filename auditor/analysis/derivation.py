@@ -104,12 +104,12 @@ def derive_facts(
                     if passed_value is None:
                         passed_value = ("default", None)  # left out (or out of sight in `**kwargs`)
                     selecting.setdefault(file, set()).add((qualname, param, *passed_value))
-                for known, found in ((trains, target.trains), (loops, target.has_step_loop), (work, target.step_work)):
+                for table, found in ((trains, target.trains), (loops, target.has_step_loop), (work, target.step_work)):
                     if found:
-                        known.setdefault(path, set()).add(edge.target)
+                        table.setdefault(path, set()).add(edge.target)
                 for param, trained, again in target.iterates:
-                    position = target.params.index(param) if param in target.params else -1
-                    iterates.setdefault(path, set()).add((edge.target, param, position, trained, again))
+                    index = target.params.index(param) if param in target.params else -1
+                    iterates.setdefault(path, set()).add((edge.target, param, index, trained, again))
                 for key, value in edge.values:
                     name = _parameter_named(target.params, key)
                     if name in target.loader_settings:
@@ -513,7 +513,9 @@ def _cuda_by_settings(layout: ProjectLayout, summaries: dict[str, ModuleSummary]
     return found
 
 
-def _cuda_closure(resolved, summaries: dict[str, ModuleSummary], sources: set[str] = frozenset()) -> dict[str, bool]:
+def _cuda_closure(
+    resolved, summaries: dict[str, ModuleSummary], sources: set[str] | frozenset[str] = frozenset()
+) -> dict[str, bool]:
     """CUDA flows from a module that targets it into the modules it calls per step, hands a device
     to, calls to run their steps (`train_one_epoch(model, optimizer)`), or takes a DataLoader from
     that its step loops then iterate. It also flows up, to a module whose

@@ -18,7 +18,7 @@ import enum
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import libcst as cst
 
@@ -34,6 +34,9 @@ from loopaudit.analysis.patterns import (
     type_test,
 )
 from loopaudit.analysis.walk import iter_subtree, walk
+
+if TYPE_CHECKING:
+    from loopaudit.analysis.options import OptionTest
 
 
 class FrameKind(enum.Enum):
@@ -334,7 +337,7 @@ class ModuleIndex:
     # id(value) -> (container name, scope, key or None) for a value kept in a dict under a key:
     # `loaders = {"train": DataLoader(...)}`, `self.loaders["train"] = DataLoader(...)` (stepmodel
     # follows `loaders["train"]` and `loaders[phase]` to it)
-    held_in: dict[int, tuple[str, Scope, str | None]] = field(default_factory=dict)
+    held_in: dict[int, tuple[str, Scope, str | bytes | None]] = field(default_factory=dict)
     # id(name read inside a comprehension) -> the bindings of its own `for` targets: in
     # `x = [x.to(device) for x in inputs]` the inner `x` is the comprehension's, never the outer `x`
     comprehension_reads: dict[int, list[Binding]] = field(default_factory=dict)
@@ -402,7 +405,9 @@ class _Indexer:
             if checked is not None:
                 self.index.tensor_checks[id(node.body)] = checked
             if (
-                is_periodic_test(node.test, self.loop and self.loop.node, self.periodic_names)
+                is_periodic_test(
+                    node.test, cast("cst.For | cst.While | None", self.loop and self.loop.node), self.periodic_names
+                )
                 or self._periodic_flag(node.test)
             ) and not _dispatches_on_index(node, self._chains.get(id(node), [])):
                 self._push(Frame(FrameKind.PERIODIC, self.frame, node))
@@ -451,7 +456,10 @@ class _Indexer:
             return False
         bindings = self.scope.assignments.get(test.value, [])
         return bool(bindings) and all(
-            b.kind == "value" and is_periodic_test(b.value, self.loop and self.loop.node, self.periodic_names)
+            b.kind == "value"
+            and is_periodic_test(
+                b.value, cast("cst.For | cst.While | None", self.loop and self.loop.node), self.periodic_names
+            )
             for b in bindings
         )
 
@@ -459,7 +467,9 @@ class _Indexer:
         """Do all the tests of an `if`/`elif` chain read the same option?"""
         function = self.function.node if self.function is not None else None
         tests = [option_test(branch.test, function) for branch in chain]
-        return bool(tests) and all(test is not None and test.param == tests[0].param for test in tests)
+        return bool(tests) and all(
+            test is not None and test.param == cast("OptionTest", tests[0]).param for test in tests
+        )
 
     def _called_at_once(self, node: cst.Lambda) -> bool:
         """`sorted(xs, key=lambda t: t.item())` runs the lambda right away; `hook = lambda: ...` does not."""
@@ -648,7 +658,7 @@ class _Indexer:
 
     def _visit_comprehension(self, node: cst.BaseComp) -> None:
         """Remember which comprehension each of its `for` clauses belongs to (visited before them)."""
-        clause = node.for_in
+        clause: cst.CompFor | None = node.for_in
         while clause is not None:
             self._comprehensions[id(clause)] = node
             clause = clause.inner_for_in

@@ -115,7 +115,7 @@ def target_names(target: cst.BaseExpression) -> list[str]:
     return []
 
 
-def string_key(subscript: cst.Subscript) -> str | None:
+def string_key(subscript: cst.Subscript) -> str | bytes | None:
     """`"train"` in `loaders["train"]`: the one index of a subscript when it is a string literal."""
     if len(subscript.slice) != 1:
         return None

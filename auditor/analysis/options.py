@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
@@ -73,12 +74,20 @@ def _read(test: cst.BaseExpression, params: set[str], function: cst.FunctionDef)
         return OptionTest(test.value, bool)
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = _read(test.expression, params, function)
-        return OptionTest(inner.param, lambda value, takes=inner.takes: not takes(value)) if inner is not None else None
+        # (the casts: mypy cannot infer the type of a lambda with defaults)
+        return (
+            OptionTest(inner.param, cast("Callable[[object], bool]", lambda value, takes=inner.takes: not takes(value)))
+            if inner is not None
+            else None
+        )
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
-        left, right = _read(test.left, params, function), _read(test.right, params, function)
-        if left is None or right is None or left.param != right.param:
+        either, other = _read(test.left, params, function), _read(test.right, params, function)
+        if either is None or other is None or either.param != other.param:
             return None
-        return OptionTest(left.param, lambda value, a=left.takes, b=right.takes: a(value) or b(value))
+        return OptionTest(
+            either.param,
+            cast("Callable[[object], bool]", lambda value, a=either.takes, b=other.takes: a(value) or b(value)),
+        )
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return None
     left, (target,) = test.left, test.comparisons

@@ -323,6 +323,7 @@ def is_other_device_test(test: cst.BaseExpression) -> bool:
             "cuda.is_available",
         )
     if isinstance(test, cst.Call):
+        name: str | None  # (terminal_name below may give None)
         name = dotted_name(test.func) or ""
         parts = name.split(".")
         return name.endswith(".is_available") and any(part in _OTHER_DEVICES for part in parts[:-1])
@@ -364,7 +365,7 @@ def unwrap_iterable(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         if name in {"len", "range"}:
             return []
         inner = [arg.value for arg in expr.args if arg.keyword is None and not arg.star]
-        found = [expr]
+        found: list[cst.BaseExpression] = [expr]
         for arg in inner:
             found.extend(unwrap_iterable(arg))
         return found

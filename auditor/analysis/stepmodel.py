@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import re
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
@@ -375,7 +376,7 @@ class StepModel:
             factory = self._factory_call(func, site.scope)
             if _is_partial(factory, self.index.imports):
                 # `backwards = partial(loss_backwards, fp16)` ... `backwards(loss, opt)`: loss_backwards
-                bound = factory.args[0].value
+                bound = cast(cst.Call, factory).args[0].value
                 return self.local_functions(bound, site.scope) if isinstance(bound, cst.Name) else []
             if factory is not None and isinstance(factory.func, cst.Name):
                 # `train = make_train_step(model, opt)` ... `train(x, y)`: the function it returns.
@@ -398,9 +399,9 @@ class StepModel:
                 if not found:
                     # `self.encoder(x)` with `self.encoder = Encoder(...)`, a class of this module.
                     owner = self.class_of(func, site.scope)
-                    local = self.index.classes.get(owner[8:]) if owner and owner.startswith("<local>.") else None
-                    if local is not None:
-                        found = self._methods(local, ("forward", "__call__"))
+                    local_class = self.index.classes.get(owner[8:]) if owner and owner.startswith("<local>.") else None
+                    if local_class is not None:
+                        found = self._methods(local_class, ("forward", "__call__"))
                 return found
             if isinstance(receiver, cst.Name):
                 cls = self._class_of_instance(receiver.value, site)
@@ -421,7 +422,7 @@ class StepModel:
         parameters after the ones the partial binds."""
         return _is_partial(self._factory_call(site.call.func, site.scope), self.index.imports)
 
-    def _handed_callables(self, site: CallSite) -> list[tuple[cst.BaseExpression, str]]:
+    def _handed_callables(self, site: CallSite) -> list[tuple[cst.Name | cst.Attribute, str]]:
         """The functions and methods a call to code we cannot read hands over uncalled, to call
         them itself: `retry_call(model.train, tries=3)` (stylegan2-pytorch's step),
         `checkpoint(self.block, x)`, `map(fn, items)`. Each as (the reference, the method or function
@@ -431,7 +432,7 @@ class StepModel:
         name = terminal_name(func) or ""
         if looks_like_class(name) or name in _KEEPS_CALLABLES or self.call_site_enters_own(site):
             return []
-        handed = []
+        handed: list[tuple[cst.Name | cst.Attribute, str]] = []
         for arg in site.call.args:
             value = arg.value
             if arg.star or (arg.keyword is not None and arg.keyword.value in ("target", "callback", "hook")):
@@ -835,7 +836,7 @@ class StepModel:
         if self.by_name(site):
             # `model.parse_batch(batch)`, `self.agent.update(batch, step)` on an object we cannot
             # type: the project's methods of that name that the call fits (project.py decides).
-            return f"*.{func.attr.value}"
+            return f"*.{cast(cst.Attribute, func).attr.value}"  # (by_name: a method call)
         return None
 
     def class_of(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> str | None:
@@ -906,7 +907,9 @@ class StepModel:
         site = self.call_site(value)
         target = self.external_target(site) if site is not None and self.facts is not None else None
         if target is not None:
-            made = next((cls for called, cls in self.facts.return_classes if called == target), None)
+            made = next(
+                (cls for called, cls in cast(ProjectFacts, self.facts).return_classes if called == target), None
+            )
             if made is not None:
                 return made  # `model = self.exp.get_model()`: what another module's function returns
         name = terminal_name(value.func) or ""
@@ -1012,6 +1015,7 @@ class StepModel:
                 for function in self._functions_by_name.get(expr.value, ()):
                     hooks.setdefault(id(function), hook)
 
+        call: cst.BaseExpression  # a call site's call, then a decorator
         for site in self.index.calls:
             call = site.call
             positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
@@ -1271,7 +1275,10 @@ class StepModel:
                 if id(function) not in seen and self.function_does_step_work(function, seen):
                     return True
             called = self.called_parameter(site) if self.facts is not None else None
-            if called is not None and (called[0].qualname, called[1]) in self.facts.passed_step_work:
+            if (
+                called is not None
+                and (called[0].qualname, called[1]) in cast(ProjectFacts, self.facts).passed_step_work
+            ):
                 return True  # a callback that callers in other modules pass: one that runs a model
         return self._known_elsewhere("step_work", calls)
 
@@ -1502,6 +1509,7 @@ class StepModel:
             return self.is_loader(expr.value, scope, depth)
         if isinstance(expr, cst.IfExp):
             return self.is_loader(expr.body, scope, depth + 1) or self.is_loader(expr.orelse, scope, depth + 1)
+        name: str | None
         if isinstance(expr, cst.Call):
             qualified = self.index.imports.qualify(expr.func) or ""
             name = terminal_name(expr.func) or ""
@@ -1627,7 +1635,7 @@ class StepModel:
             }
         return self._device_placed
 
-    def _loops_over_entry(self, container: str, scope: Scope, key: str | None) -> list[LoopInfo]:
+    def _loops_over_entry(self, container: str, scope: Scope, key: str | bytes | None) -> list[LoopInfo]:
         """The loops over `container[key]`, or over `container[phase]` with any key: the loaders of
         `loaders = {"train": DataLoader(...), "val": ...}` in `for x in loaders[phase]`."""
         found = []
@@ -1638,7 +1646,9 @@ class StepModel:
                     break
         return found
 
-    def _entry_of(self, expr: cst.BaseExpression, container: str, scope: Scope, key: str | None, where: Scope) -> bool:
+    def _entry_of(
+        self, expr: cst.BaseExpression, container: str, scope: Scope, key: str | bytes | None, where: Scope
+    ) -> bool:
         """Is `expr` (read in `where`) the container's entry under `key`: `loaders["train"]`,
         `loaders[phase]`, or `loader` of `for phase, loader in loaders.items()` (or `.values()`)?"""
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
@@ -1699,8 +1709,8 @@ class StepModel:
                 return expr.attr.value == name[5:]
             # `self.data_loader`, stored from a parameter the constructor's callers pass our name for:
             # `Trainer(data_loader=loader)` ... `for batch in self.data_loader:`
-            owner = where.owner_class
-            stored = owner.attributes.get(expr.attr.value, ()) if owner is not None and depth < 3 else ()
+            owner_class = where.owner_class
+            stored = owner_class.attributes.get(expr.attr.value, ()) if owner_class is not None and depth < 3 else ()
             return any(b.kind == "value" and self._refers_to(b.value, name, scope, b.scope, depth + 1) for b in stored)
         if not isinstance(expr, cst.Name):
             return False
@@ -1976,6 +1986,7 @@ class StepModel:
         evaluation every N steps through the same step function."""
         if self._guarded_calls is None:
             self._guarded_calls = {}
+            outer: Frame | None
             for site in self.index.calls:
                 outer = site.frame
                 while outer is not None and outer.kind not in (FrameKind.FUNCTION, FrameKind.LOOP, FrameKind.MODULE):
@@ -1995,21 +2006,22 @@ class StepModel:
             constant_flag(frame.node.test, function.scope if function is not None else self.index.module_scope)
             if isinstance(frame.node, cst.If)
             else None
-        )  # type: ignore[attr-defined]
+        )
         if flag is not None:
             # `classify = False` ... `if classify:`: what the code itself sets, wherever it sets it
             found = (function.scope if function is not None else self.index.module_scope).lookup(flag)
             values = {literal(b.value) if b.kind == "value" else UNREAD for b in found[0]} if found else {UNREAD}
-            negated = isinstance(frame.node.test, cst.UnaryOperation)  # type: ignore[attr-defined]
+            negated = isinstance(cast(cst.If, frame.node).test, cst.UnaryOperation)  # (a flag: an `if`'s)
             return any(value is UNREAD or bool(value) != negated for value in values)
         if function is None:
             return True
+        test: OptionTest | None
         if isinstance(frame.node, cst.Else):
             # `else:` after `if schedule == 'linear': ... elif ...`: for the values no test before it takes
             tests = [option_test(branch.test, function.node) for branch in self.index.else_chains[id(frame.node)]]
             test = OptionTest(tests[0].param, lambda value: not any(t.takes(value) for t in tests))  # type: ignore[union-attr]
         else:
-            test = option_test(frame.node.test, function.node)  # type: ignore[attr-defined]
+            test = option_test(cast(cst.If, frame.node).test, function.node)  # an OPTION frame: an `if` or `else`
         if test is None:
             return True
         if test.param.startswith("self."):
@@ -2030,7 +2042,9 @@ class StepModel:
         init = cls.methods.get("__init__") if cls is not None else None
         if not bindings or init is None or any(b.scope is not init.scope for b in bindings):
             return {UNREAD}
-        if any(other is not cls and self._inherits(other, cls) for other in self.index.classes.values()):
+        if any(
+            other is not cls and self._inherits(other, cast(ClassInfo, cls)) for other in self.index.classes.values()
+        ):
             return {UNREAD}
         values: set = set()
         for binding in bindings:
@@ -2082,7 +2096,7 @@ class StepModel:
                 else None
             )
             if caller is not None and depth < 3:
-                values |= self.parameter_values(caller, argument.value, depth + 1)
+                values |= self.parameter_values(caller, cast(cst.Name, argument).value, depth + 1)
             else:
                 values.add(value)
         for tag, value in elsewhere:
@@ -2351,7 +2365,7 @@ def _data_of(expr: cst.BaseExpression) -> set[str]:
         if isinstance(expr.func, cst.Attribute):
             found |= _data_of(expr.func.value)
         return found
-    found: set[str] = set()
+    found = set()
     for child in expr.children:
         if isinstance(child, cst.Arg) and child.keyword is not None:
             continue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import libcst as cst
 
 from loopaudit.analysis.argument_values import CPU_COUNT, At, declared_defaults, setting_value
@@ -12,6 +14,9 @@ from loopaudit.analysis.names import dotted_name
 from loopaudit.analysis.options import UNREAD, literal
 from loopaudit.analysis.stepmodel import StepModel
 from loopaudit.analysis.tensors import TensorInference
+
+if TYPE_CHECKING:
+    from loopaudit.analysis.module_index import FunctionInfo
 
 
 def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
@@ -223,14 +228,15 @@ def _returned_on(steps: StepModel, scope, name: str) -> list[tuple[bool, bool]]:
 
 
 def _function_facts(steps: StepModel, function, describe) -> FunctionFacts:
-    called = {}
+    called: dict[str, str] = {}
     grad_off: dict[str, bool] = {}
     for site in function.all_calls:
         parameter = steps.called_parameter(site)
         reason = steps.reason(site.frame) if parameter is not None and parameter[0] is function else None
         if reason is not None:
-            called.setdefault(parameter[1], describe(reason, site.call))
-            grad_off[parameter[1]] = grad_off.get(parameter[1], True) and steps.under_no_grad(site.frame)
+            param = cast("tuple[FunctionInfo, str]", parameter)[1]  # (a reason: a parameter's call)
+            called.setdefault(param, describe(reason, site.call))
+            grad_off[param] = grad_off.get(param, True) and steps.under_no_grad(site.frame)
     return FunctionFacts(
         steps.trains(function),
         steps.has_step_loop(function),
@@ -281,7 +287,7 @@ def _raised_name(exc: cst.BaseExpression) -> str:
 def _loader_settings(steps: StepModel, function) -> tuple[str, ...]:
     """The parameters `function` hands straight to a DataLoader: `DataLoader(ds, num_workers=workers)`."""
     params = function.scope.params
-    found = set()
+    found: set[str] = set()
     for site in function.all_calls:
         qualified = steps.index.imports.qualify(site.call.func) or ""
         if qualified.endswith("DataLoader"):

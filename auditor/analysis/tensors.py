@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import re
+from typing import cast
 
 import libcst as cst
 
@@ -421,8 +422,9 @@ class TensorInference:
     def __init__(self, index: ModuleIndex, steps: StepModel) -> None:
         self.index = index
         self.steps = steps
-        self._busy: set[tuple[int, str]] = set()
-        self._provisional: dict[tuple[int, str], Kind] = {}
+        # keyed by (id(scope), name), or (id(scope), name, id(read)) for a read that sees its block's bindings only
+        self._busy: set[tuple[int, str] | tuple[int, str, int]] = set()
+        self._provisional: dict[tuple[int, str] | tuple[int, str, int], Kind] = {}
         self._cycles = 0  # reads that met a name still being decided (_kind_Name)
         self._returns: dict[int, tuple[Kind, ...]] = {}
         self._in_place: dict[int, bool] = {}  # id(function) -> it computes with torch alone (_computes_in_place)
@@ -502,6 +504,7 @@ class TensorInference:
         own = self.index.comprehension_reads.get(id(expr))
         if own is not None:
             # A comprehension's own target: `[x.to(device) for x in inputs]` reads what `inputs` holds.
+            seen_here: list[Binding] | None
             seen_here = own
             bindings = own
         else:
@@ -726,6 +729,7 @@ class TensorInference:
         use = self.index.uses.get(id(name))
         if use is None:
             return None
+        block: int | None
         order, block, read_loop = use
         earlier = [b for b in bindings if b.order < order and not self._contains.holds(b.value, name)]
         # The innermost block around the read (its own, then the ones it is nested in) that binds the
@@ -765,7 +769,7 @@ class TensorInference:
         while loop is not None:
             enclosing.add(id(loop))
             loop = loop.parent_loop
-        kept = []
+        kept: list[Binding] = []
         for binding in bindings:
             around = binding.loop
             while around is not None and id(around) not in enclosing:
@@ -789,6 +793,7 @@ class TensorInference:
             return bindings
         reach = {id(later): self._reach_block(later, read.value) for later in replacing}
         kept = []
+        around: int | None
         for binding in bindings:
             around, blocks = binding.block, set()
             while around is not None:
@@ -861,6 +866,7 @@ class TensorInference:
         if self._where is None:
             return bindings
         targets = {id(b.loop) for b in bindings if b.kind == "loop" and b.loop is not None}
+        loop: LoopInfo | None
         loop = self._where
         while loop is not None and id(loop) not in targets:
             loop = loop.parent_loop
@@ -982,13 +988,14 @@ class TensorInference:
             return self._loop_element_kind(args[position], scope, 0, depth) if position < len(args) else Kind.UNKNOWN
         if wrapper in ("range", "trange"):
             return Kind.NOT_TENSOR
-        if wrapper in _PARAMETER_ITERATORS and isinstance(iterable.func, cst.Attribute):
+        # (a wrapper is a call's: `iterable` is a cst.Call below)
+        if wrapper in _PARAMETER_ITERATORS and isinstance(cast(cst.Call, iterable).func, cst.Attribute):
             # `for p in model.parameters()`, `for name, p in model.named_parameters()`: where the model is.
             wanted = position == 1 if wrapper.startswith("named_") else position == 0
             return Kind.TENSOR if wanted else Kind.NOT_TENSOR
-        if wrapper in ("items", "values") and isinstance(iterable.func, cst.Attribute):
+        if wrapper in ("items", "values") and isinstance(cast(cst.Call, iterable).func, cst.Attribute):
             # `for k, v in batch.items()`: the values of a batch dict are where the batch is.
-            container = self.kind(iterable.func.value, scope, depth)
+            container = self.kind(cast(cst.Attribute, cast(cst.Call, iterable).func).value, scope, depth)
             wanted = position == 1 if wrapper == "items" else position == 0
             if wanted and container in (Kind.TENSOR, Kind.HOST_TENSOR):
                 return container
@@ -1028,7 +1035,7 @@ class TensorInference:
             [
                 self.kind(element.value, b.scope, depth + 1)
                 for b in written
-                for element in b.value.elements[:6]
+                for element in cast("cst.List | cst.Tuple", b.value).elements[:6]
                 if not isinstance(element, cst.StarredElement)
             ]
         )
@@ -1249,7 +1256,7 @@ class TensorInference:
         if len(sizes) != 1 or -1 in sizes:
             return (whole,)
         elements = [
-            _merge([self.kind(value.elements[i].value, function.scope, depth) for value in values])  # type: ignore[attr-defined]
+            _merge([self.kind(value.elements[i].value, function.scope, depth) for value in values])
             for i in range(sizes.pop())
         ]
         return (_merge(elements), *elements)
@@ -1299,7 +1306,7 @@ class TensorInference:
     def _converts_dtype(self, call: cst.Call, scope: Scope) -> bool:
         """`x.to(torch.float16)`, `x.to(dtype=torch.long)`, or `x.to(dtype)` after `dtype = torch.float64`:
         a dtype conversion, which leaves the tensor where it is."""
-        if call.func.attr.value != "to" or len(call.args) != 1:
+        if cast(cst.Attribute, call.func).attr.value != "to" or len(call.args) != 1:  # (a method call's)
             return False
         arg = call.args[0]
         if arg.star or (arg.keyword is not None and arg.keyword.value != "dtype"):
@@ -1315,7 +1322,7 @@ class TensorInference:
             values = [b.value for b in found[0] if b.kind == "value"] if found else []
             return (
                 bool(values)
-                and len(values) == len(found[0])
+                and len(values) == len(cast("tuple[list[Binding], Scope]", found)[0])
                 and all(self._is_dtype(v, scope, depth + 1) for v in values)
             )
         return False

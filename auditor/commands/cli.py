@@ -39,7 +39,7 @@ from loopaudit.findings.baseline import load as load_baseline
 from loopaudit.findings.baseline import write as write_baseline_file
 from loopaudit.findings.finding import Finding
 from loopaudit.findings.since import SinceError, changed_lines, on_changed_lines
-from loopaudit.reporting import FORMATS
+from loopaudit.reporting import FORMATS, format_names
 from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
 from loopaudit.rule_api.docs import rule_markdown
 from loopaudit.rule_api.registry import all_rules, rule_by_code
@@ -82,7 +82,7 @@ def scan(
         OutputFormat | None,
         typer.Option(
             "--output-format",
-            help="full, concise, json, github, sarif, gitlab or junit (default: the configuration's, else full).",
+            help=f"{format_names()} (default: the configuration's, else full).",
             show_default=False,
         ),
     ] = None,

@@ -11,7 +11,7 @@ import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
@@ -19,10 +19,11 @@ from loopaudit.commands.shared import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Out
 from loopaudit.configuration.config_file import ConfigError
 from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
-from loopaudit.reporting import FORMATS
+from loopaudit.reporting import FORMATS, format_names
 from loopaudit.rule_api.registry import static_rules
 from loopaudit.rule_api.rule import RuntimeRule
-from loopaudit.scan.engine import ScanOptions, analyze_path
+from loopaudit.scan.engine import analyze_path
+from loopaudit.scan.options import ScanOptions
 
 
 def _split(rules) -> tuple[tuple[type[RuntimeRule], ...], frozenset[str]]:
@@ -79,7 +80,7 @@ def run(
         ),
     ] = None,
     output_format: Annotated[
-        OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")
+        OutputFormat, typer.Option("--output-format", help=f"{format_names()}.")
     ] = OutputFormat.full,
     select: Annotated[
         list[str] | None, typer.Option(help="Only these rule codes or prefixes (static and runtime).")
@@ -157,7 +158,8 @@ def run(
         outcome.status != 0 and not outcome.timed_out and not outcome.interrupted and not (report and report.stopped)
     )
     if outcome.interrupted and not (report and report.steps):
-        raise _end(f"{_stopped_by(outcome.signal)} before any step was measured", 128 + outcome.signal)
+        signal_number = cast(int, outcome.signal)  # interrupted: the signal is set
+        raise _end(f"{_stopped_by(signal_number)} before any step was measured", 128 + signal_number)
     if report is None and outcome.timed_out:
         raise _end(
             f"--timeout {timeout:g}s passed and the script had to be killed before it handed over its measurements",
@@ -195,7 +197,7 @@ def run(
             "stopped": report.stopped,
             "window_complete": report.window_complete,
             "timed_out": outcome.timed_out,
-            "interrupted_by": signal.Signals(outcome.signal).name if outcome.interrupted else None,
+            "interrupted_by": signal.Signals(cast(int, outcome.signal)).name if outcome.interrupted else None,
         }
         document = measured_json.run_document(audit, breakdown, display_path(script_path), request.args, status)
         measured_json.write(document, sys.stdout)
@@ -209,7 +211,7 @@ def run(
     if script_failed:
         raise typer.Exit(outcome.status)
     if outcome.interrupted:
-        raise typer.Exit(128 + outcome.signal)
+        raise typer.Exit(128 + cast(int, outcome.signal))
     raise typer.Exit(EXIT_FINDINGS if audit.findings and not exit_zero else EXIT_CLEAN)
 
 
@@ -321,7 +323,7 @@ def analyze(
         str, typer.Argument(help="A torch.profiler (kineto) trace: .json or .json.gz.", show_default=False)
     ],
     output_format: Annotated[
-        OutputFormat, typer.Option("--output-format", help="full, concise, json, github, sarif, gitlab or junit.")
+        OutputFormat, typer.Option("--output-format", help=f"{format_names()}.")
     ] = OutputFormat.full,
     select: Annotated[list[str] | None, typer.Option(help="Only these rule codes or prefixes.")] = None,
     ignore: Annotated[list[str] | None, typer.Option(help="Skip these rule codes or prefixes.")] = None,

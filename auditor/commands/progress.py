@@ -7,9 +7,10 @@ stderr and disappears when the scan ends, so what stays on the screen is the rep
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 DELAY_SECONDS = 1.0
 
@@ -22,7 +23,7 @@ class ScanProgress:
         self.enabled = enabled
         self._started = time.monotonic()
         self._bar: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> ScanProgress:
         return self
@@ -47,4 +48,4 @@ class ScanProgress:
             )
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=total)
-        self._bar.update(self._task, completed=done)
+        self._bar.update(cast(TaskID, self._task), completed=done)

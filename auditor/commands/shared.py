@@ -6,12 +6,14 @@ from __future__ import annotations
 import enum
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import typer
 from typer.core import TyperCommand
 
 from loopaudit.configuration.config_file import ConfigError, ConfigFinder
 from loopaudit.configuration.settings import CommandLine, Settings
+from loopaudit.reporting import FORMATS
 from loopaudit.rule_api.registry import describe_unknown, unknown_codes
 
 # As ruff's: 0 nothing found, 1 findings, 2 a usage error, a missing path or an internal error.
@@ -20,14 +22,17 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130
 
 
-class OutputFormat(str, enum.Enum):
-    full = "full"
-    concise = "concise"
-    json = "json"
-    github = "github"
-    sarif = "sarif"
-    gitlab = "gitlab"
-    junit = "junit"
+# The `--output-format` choices: the registered formats (reporting/__init__.py).
+if TYPE_CHECKING:
+    # What the type checker sees, as it cannot read members out of the registry: the members the
+    # code names (a format that no code names needs no line here).
+    class OutputFormat(str, enum.Enum):
+        full = "full"
+        concise = "concise"
+        json = "json"
+
+else:
+    OutputFormat = enum.Enum("OutputFormat", {name: name for name in FORMATS}, type=str)
 
 
 def usage_error(message: str) -> typer.Exit:
@@ -73,7 +78,8 @@ class PlainHelpCommand(TyperCommand):
     (`--output-format <full|concise|...>`)."""
 
     def format_options(self, ctx, formatter) -> None:
-        arguments, options = [], []
+        arguments: list[tuple[str, str]] = []
+        options: list[tuple[str, str]] = []
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is None:
@@ -82,7 +88,7 @@ class PlainHelpCommand(TyperCommand):
             if "|" not in name:
                 # argparse's way: a value-taking option shows its value by name (`--steps STEPS`)
                 takes_value = param.param_type_name == "option" and not getattr(param, "is_flag", False)
-                name = _TYPE_SUFFIX.sub(f" {param.name.upper()}" if takes_value else "", name)
+                name = _TYPE_SUFFIX.sub(f" {cast(str, param.name).upper()}" if takes_value else "", name)
             (arguments if param.param_type_name == "argument" else options).append((name, text))
         for title, records in (("Arguments", arguments), ("Options", options)):
             if records:

@@ -7,7 +7,7 @@ from the file's own, that holds a `loopaudit.toml` (which wins) or a `pyproject.
     select, ignore, extend-select      rule codes or prefixes (LA1, LA101)
     per-file-ignores                   {glob: [codes]}, globs relative to the file's folder
     exclude, extend-exclude            globs of files and folders a folder walk skips
-    output-format                      full, concise, json, github, sarif, gitlab, junit
+    output-format                      a registered output format (reporting/__init__.py)
     step-methods                       method names that run once per step (a house `train_step`)
     periodic-names                     names that make an `if` a periodic guard (`if log_now:`)
     device                             "auto" (infer from the code), "cuda" or "cpu"
@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pathspec
 
@@ -31,10 +32,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from loopaudit.reporting import FORMATS
 from loopaudit.rule_api.registry import describe_unknown, unknown_codes
 
 CONFIG_FILES = ("loopaudit.toml", "pyproject.toml")
-OUTPUT_FORMATS = ("full", "concise", "json", "github", "sarif", "gitlab", "junit")
+OUTPUT_FORMATS = tuple(FORMATS)
 DEVICES = ("auto", "cuda", "cpu")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -133,7 +135,7 @@ def load(path: Path) -> FileConfig | None:
 
 
 def _validate(table: dict, path: Path, prefix: str) -> dict:
-    values = {}
+    values: dict[str, Any] = {}
     for key, value in table.items():
         where = prefix + key
         if key in ("select", "ignore", "extend-select"):

@@ -62,7 +62,7 @@ def discover(
 ) -> list[SourceFile]:
     """The files to scan, by display name. `skipped` receives (path, why) for each entry of a walked
     folder that was passed over for what it is rather than by choice (not a regular file, unreadable)."""
-    cwd = str((cwd or Path.cwd()).resolve())
+    cwd_text = str((cwd or Path.cwd()).resolve())
     skipped = [] if skipped is None else skipped
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
@@ -72,10 +72,10 @@ def discover(
         path = Path(given)
         if path.is_dir():
             for found, absolute in _walk(path, skipped):
-                files.setdefault(absolute, SourceFile(str(found), _display(found, absolute, cwd), False))
+                files.setdefault(absolute, SourceFile(str(found), _display(found, absolute, cwd_text), False))
         else:
             absolute = str(path.resolve())
-            files[absolute] = SourceFile(str(path), _display(path, absolute, cwd), True)
+            files[absolute] = SourceFile(str(path), _display(path, absolute, cwd_text), True)
     return sorted(files.values(), key=lambda f: f.display)
 
 
@@ -198,10 +198,10 @@ def _ignored(
 ) -> bool:
     if not specs:
         return False
-    absolute = Path(absolute) if absolute is not None else path.resolve()
+    resolved = Path(absolute) if absolute is not None else path.resolve()
     for base, spec in specs:
         try:
-            relative = absolute.relative_to(base).as_posix()
+            relative = resolved.relative_to(base).as_posix()
         except ValueError:
             continue
         if spec.match_file(relative + "/" if is_dir else relative):

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loopaudit.configuration.config_file import ConfigFinder, FileConfig
 from loopaudit.rule_api.registry import select_rules
 from loopaudit.rule_api.rule import Rule, RuntimeRule
-from loopaudit.scan.engine import ScanOptions
+from loopaudit.scan.options import ScanOptions
 
 KEYS = (
     "select",
@@ -30,7 +31,7 @@ KEYS = (
     "periodic-names",
     "device",
 )
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "select": None,
     "extend-select": [],
     "ignore": [],
@@ -60,7 +61,7 @@ class Settings:
     command_line: CommandLine = field(default_factory=CommandLine)
     _options: dict = field(default_factory=dict)
 
-    def effective(self, config: FileConfig) -> dict[str, tuple[object, str]]:
+    def effective(self, config: FileConfig) -> dict[str, tuple[Any, str]]:
         """Every key's value and where it came from: "command line", the file, or "default"."""
         cli = self.command_line
         result = {

@@ -25,8 +25,9 @@ import hashlib
 import os
 from collections import Counter
 from collections.abc import Sequence
+from typing import cast
 
-from loopaudit.findings.finding import Finding
+from loopaudit.findings.finding import Finding, Related
 
 
 def _normalized(text: str | None) -> str:
@@ -54,7 +55,7 @@ def line_fingerprints(findings: Sequence[Finding]) -> list[tuple[str, ...]]:
     lines = sorted(
         (finding.filename, where.location, finding.code, index, place)
         for index, finding in enumerate(findings)
-        for place, where in enumerate((finding, *finding.related))
+        for place, where in enumerate(cast("tuple[Finding | Related, ...]", (finding, *finding.related)))
     )
     seen: Counter[tuple[str, str, str]] = Counter()
     result: list[list[str]] = [[""] * (1 + len(finding.related)) for finding in findings]

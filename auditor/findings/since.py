@@ -11,6 +11,7 @@ import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from loopaudit.findings.finding import Finding
 
@@ -67,7 +68,7 @@ def changed_lines(revision: str, cwd: Path | None = None) -> dict[str, set[int] 
                 changes.setdefault(current, set())
         elif current is not None and (match := _HUNK.match(line)):
             start, count = int(match.group(1)), int(match.group(2) or 1)
-            changes[current].update(range(start, start + count))
+            cast("set[int]", changes[current]).update(range(start, start + count))  # set by its "+++ " line
     for name in _git("ls-files", "--others", "--exclude-standard", cwd=top).splitlines():
         changes[os.path.normpath(top / name)] = None
     return changes

@@ -10,12 +10,14 @@ from loopaudit.reporting import concise, full, github, gitlab, json_format, juni
 
 Renderer = Callable[[Sequence[Finding], TextIO, bool], None]
 
-FORMATS: dict[str, Renderer] = {
-    "full": full.render,
-    "concise": concise.render,
-    "json": json_format.render,
-    "github": github.render,
-    "sarif": sarif.render,
-    "gitlab": gitlab.render,
-    "junit": junit.render,
-}
+# The registry of output formats, in the order help texts list them: a new format is a module with a
+# `NAME` and a `render`, added here. The command-line choices, the configuration's accepted values
+# and the help texts all come from this.
+_MODULES = (full, concise, json_format, github, sarif, gitlab, junit)
+FORMATS: dict[str, Renderer] = {module.NAME: module.render for module in _MODULES}
+
+
+def format_names() -> str:
+    """The formats as a help text lists them: "full, concise, json, github, sarif, gitlab or junit"."""
+    names = list(FORMATS)
+    return ", ".join(names[:-1]) + " or " + names[-1]

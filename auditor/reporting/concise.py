@@ -12,6 +12,8 @@ from typing import TextIO
 from loopaudit.findings.finding import Finding
 from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
 
+NAME = "concise"  # as `--output-format` and `output-format` name it
+
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     stream = EncodableStream(out)

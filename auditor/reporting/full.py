@@ -10,7 +10,7 @@ line as shown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TextIO, cast
 
 from rich.console import Console
 from rich.text import Text
@@ -18,10 +18,14 @@ from rich.text import Text
 from loopaudit.findings.finding import Finding, Related
 from loopaudit.reporting.safe_text import EncodableStream, encodable, terminal_ready
 
+NAME = "full"  # as `--output-format` and `output-format` name it
+
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     stream = EncodableStream(out)
-    console = Console(file=stream, force_terminal=color, no_color=not color, highlight=False, soft_wrap=True)
+    console = Console(
+        file=cast(TextIO, stream), force_terminal=color, no_color=not color, highlight=False, soft_wrap=True
+    )
     for f in findings:
         console.print(_finding(f, stream.encoding))
 
@@ -83,7 +87,7 @@ def _finding(f: Finding, encoding: str) -> Text:
 
 def _snippet(text: Text, where: Finding | Related, label: str, gutter: str, style: str, shown) -> None:
     """The source line of a finding or of one of its related places, its span underlined and labelled."""
-    source = where.source_line
+    source = cast(str, where.source_line)  # the callers pass only places with one
     row = where.location.row
     line = source.expandtabs(4) if "\t" not in source[: where.location.column] else source
     text.append(f"{row:>{len(gutter)}} | ", style="blue")

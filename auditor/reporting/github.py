@@ -13,6 +13,8 @@ from typing import TextIO
 from loopaudit.findings.finding import Finding
 from loopaudit.reporting.safe_text import EncodableStream
 
+NAME = "github"  # as `--output-format` and `output-format` name it
+
 
 def _escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")

@@ -11,6 +11,8 @@ from loopaudit.findings.finding import Finding
 from loopaudit.findings.fingerprint import fingerprints
 from loopaudit.reporting.safe_text import json_ready
 
+NAME = "gitlab"  # as `--output-format` and `output-format` name it
+
 # Code Quality's severities: info, minor, major, critical, blocker.
 _SEVERITIES = {"error": "critical", "warning": "major", "info": "info"}
 

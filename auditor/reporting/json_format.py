@@ -12,6 +12,8 @@ from typing import TextIO
 from loopaudit.findings.finding import Finding
 from loopaudit.reporting.safe_text import json_ready
 
+NAME = "json"  # as `--output-format` and `output-format` name it
+
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     json.dump(json_ready([f.to_json() for f in findings]), out, indent=2)

@@ -16,6 +16,8 @@ from xml.etree import ElementTree
 from loopaudit.findings.finding import Finding
 from loopaudit.reporting.safe_text import xml_ready
 
+NAME = "junit"  # as `--output-format` and `output-format` name it
+
 
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     suites = ElementTree.Element("testsuites", name="loopaudit", tests=str(len(findings)), failures=str(len(findings)))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TextIO, cast
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -37,7 +37,12 @@ _PART_NAME = {"compute": "compute", "data_wait": "data wait", "sync_stall": "syn
 
 def _console(out: TextIO, color: bool) -> Console:
     return Console(
-        file=EncodableStream(out), force_terminal=color, no_color=not color, highlight=False, soft_wrap=True, width=120
+        file=cast(TextIO, EncodableStream(out)),
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=True,
+        width=120,
     )
 
 
@@ -66,7 +71,7 @@ def _breakdown(console: Console, breakdown: Breakdown, why_no_sync: str) -> None
             continue
         if part == "compute":
             measured = [p for p in PARTS if breakdown.share(p) is not None]
-            share = 1.0 - sum(breakdown.share(p) for p in measured if p != "compute")
+            share = 1.0 - sum(cast(float, breakdown.share(p)) for p in measured if p != "compute")
         table.add_row(_PART_NAME[part], _ms(breakdown.median(part)), f"{share:.1%}")
     console.print(table)
     _bars(console, breakdown)
@@ -114,7 +119,7 @@ def _sync_sites(console: Console, audit: RunAudit) -> None:
         ("stall per step", "right"),
         ("scan", "left"),
     ):
-        table.add_column(column, justify=justify)
+        table.add_column(column, justify=cast(JustifyMethod, justify))
     steps = audit.evidence.steps_measured
     for site in audit.sites:
         record = site.record
@@ -171,7 +176,8 @@ def _static(console: Console, audit: RunAudit) -> None:
         f = check.finding
         if check.confirmed:
             verdict, style = "confirmed", "bold green"
-            measured = f"{check.measurement.code}: {full.describe_observed(check.measurement.observed)}"
+            measurement = cast(Finding, check.measurement)  # confirmed: by this runtime finding
+            measured = f"{measurement.code}: {full.describe_observed(cast(dict, measurement.observed))}"
         elif check.measurable:
             verdict, style, measured = "not confirmed", "yellow", "not seen in the measured steps"
         else:

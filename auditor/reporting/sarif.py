@@ -21,6 +21,8 @@ from loopaudit.findings.fingerprint import filename_bytes, fingerprints
 from loopaudit.reporting.safe_text import json_ready
 from loopaudit.rule_api.registry import rule_by_code
 
+NAME = "sarif"  # as `--output-format` and `output-format` name it
+
 INFORMATION_URI = "https://github.com/loopaudit/loopaudit"
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 # SARIF's levels for our severities.
@@ -36,7 +38,7 @@ def artifact_uri(filename: str) -> str:
 
 def _rule_descriptor(code: str, url: str | None) -> dict:
     rule = rule_by_code(code)
-    descriptor = {"id": code}
+    descriptor: dict[str, object] = {"id": code}
     if rule is not None:
         descriptor.update(
             {
@@ -55,7 +57,7 @@ def _rule_descriptor(code: str, url: str | None) -> dict:
 
 def _physical_location(filename: str, where: Finding | Related) -> dict:
     """Where a finding, or one of its related places, is: the file and the region of its span."""
-    region = {
+    region: dict[str, object] = {
         "startLine": where.location.row,
         "startColumn": where.location.column,
         "endLine": where.end_location.row,

@@ -33,7 +33,7 @@ class RuleContext:
             self._memo[key] = compute()
         return self._memo[key]  # type: ignore[return-value]
 
-    def one_pass(self, node: cst.CSTNode) -> tuple:
+    def one_pass(self, node: cst.CSTNode) -> tuple[Frame, tuple[int, ...]]:
         """A key for the code `node` may run together with: its loop or function body (Frame.body), and
         the `else`/`elif` arms it sits in within that body. The `if` and `else` arms of one statement
         never run in the same pass (`if num_gpus > 1: reduce(loss).item()` / `else: loss.item()` is one

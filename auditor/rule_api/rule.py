@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import libcst as cst
 
@@ -112,9 +112,9 @@ class Observation:
     message: str
     # What was measured: count per measured step, total count, time in milliseconds (None where it
     # cannot be known, as the stall of a sync on a machine without a GPU), plus rule-specific keys.
-    observed: dict
+    observed: dict[str, Any]
     suggestion: str | None = None  # replaces the rule's generic one when the measurement says more
-    details: dict = field(default_factory=dict)  # extra JSON keys: the live DataLoader settings, ...
+    details: dict[str, Any] = field(default_factory=dict)  # extra JSON keys: the live DataLoader settings, ...
 
 
 class RuntimeRule(Rule):

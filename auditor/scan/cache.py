@@ -35,6 +35,7 @@ import re
 import shutil
 import stat
 from pathlib import Path
+from typing import cast
 
 from loopaudit import __version__
 from loopaudit.atomic import write_atomically
@@ -138,7 +139,7 @@ class ResultCache:
         ]
         if None in keys:
             return None
-        text = "\n".join([*keys, *layout_marks])
+        text = "\n".join([*cast("list[str]", keys), *layout_marks])
         return "scan-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
 
     def facts_key(self, layout_signature: str, digests: dict[str, str | None]) -> str:
@@ -151,7 +152,7 @@ class ResultCache:
         content = _content_digest(path)
         return None if content is None else f"lines-{content}"
 
-    def still_current(self, path: str, display_name: str, explicit: bool, options, facts, *, key: str) -> bool:
+    def still_current(self, path: str, display_name: str, explicit: bool, options, facts, *, key: str | None) -> bool:
         """Is the file still what was hashed when `key` was made? A file edited while the scan read
         it must not store its new findings under its old contents."""
         return self.key(path, display_name, explicit, options, facts, fresh=True) == key
@@ -282,7 +283,7 @@ def _own_sources_digest() -> str:
     if _SOURCES_DIGEST is None:
         digest = hashlib.blake2b(digest_size=8)
         for package in ("loopaudit", "loopaudit.rules"):
-            folder = Path(importlib.import_module(package).__file__).parent
+            folder = Path(cast(str, importlib.import_module(package).__file__)).parent
             for source in sorted(folder.rglob("*.py")):
                 digest.update(f"{package}/{source.relative_to(folder).as_posix()}".encode())
                 digest.update(source.read_bytes())

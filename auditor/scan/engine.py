@@ -17,6 +17,7 @@ import tokenize
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import libcst as cst
 
@@ -33,14 +34,13 @@ from loopaudit.analysis.tensors import TensorInference
 from loopaudit.digests import digest
 from loopaudit.findings.finding import Edit, Finding, FixInfo, Location, Related, rule_url
 from loopaudit.rule_api.context import RuleContext
+from loopaudit.rule_api.registry import rule_by_code
 from loopaudit.rule_api.rule import Fix, Group, Report, Rule
-from loopaudit.rules.files.not_analysed import NotAnalysedRule as NOT_ANALYSED
-from loopaudit.rules.files.syntax_error import SyntaxErrorRule as SYNTAX_ERROR
-from loopaudit.rules.files.unreadable_file import UnreadableFileRule as UNREADABLE_FILE
 from loopaudit.scan import collector
 from loopaudit.scan.cache import ResultCache
 from loopaudit.scan.form_feeds import without_leading_form_feeds
 from loopaudit.scan.grouping import one_finding_per_problem
+from loopaudit.scan.options import ScanOptions
 from loopaudit.scan.plain_data import from_plain, to_plain
 from loopaudit.scan.positions import Positions, print_rewritten
 from loopaudit.scan.prefilter import may_contain_findings
@@ -49,17 +49,9 @@ from loopaudit.scan.reach_lines import LineMarks, LineResolver
 from loopaudit.scan.suppression import is_suppressed, suppressions
 from loopaudit.scan.workers import DEFAULT_CPU_SECONDS, FileFailure, WorkerPool
 
-
-@dataclass(frozen=True)
-class ScanOptions:
-    rules: tuple[type[Rule], ...]
-    extra_hooks: frozenset[str] = frozenset()  # method names that run once per step (configuration)
-    periodic_names: frozenset[str] = frozenset()  # names that make an `if` a periodic guard
-    device: str = "auto"  # "cuda" / "cpu": the user says whether the code targets CUDA
-
-    @property
-    def enabled_codes(self) -> frozenset[str]:
-        return frozenset(rule.code for rule in self.rules)
+# The rules the engine itself reports about whole files (rules/files/), by code: the engine finds
+# them through the registry, as the docs do, and imports no rule module.
+UNREADABLE_FILE, SYNTAX_ERROR, NOT_ANALYSED = "LA002", "LA001", "LA003"
 
 
 @dataclass
@@ -376,7 +368,7 @@ def _rewrite(old: cst.CSTNode, new, module: cst.Module, text: str, positions: Po
         # A removal can empty the statement it is in, which its parent then drops: print the parent.
         placed = positions.place(old, above=positions.innermost_statement(old) if removing else None)
     if placed is None:
-        rewritten = (module.deep_remove(old) if removing else module.deep_replace(old, new)).code
+        rewritten = cast(cst.Module, module.deep_remove(old) if removing else module.deep_replace(old, new)).code
         # libcst drops what a module cannot hold, such as the last `\r` of a file with classic-Mac
         # line ends: that tail of the text stays as it was. Any other difference: no safe edit.
         printed = module.code
@@ -475,7 +467,7 @@ def _loop_header(node: cst.CSTNode, module: cst.Module) -> str:
 
 
 def _file_problem(
-    rule: type[Rule],
+    code: str,
     display_name: str,
     options: ScanOptions,
     message: str,
@@ -483,8 +475,10 @@ def _file_problem(
     column: int = 1,
     text: str | None = None,
 ) -> list[Finding]:
-    if rule.code not in options.enabled_codes:
+    if code not in options.enabled_codes:
         return []
+    rule = rule_by_code(code)
+    assert rule is not None, code  # rules/files/ declares every code above
     source_line = None
     if text is not None:
         lines = source_lines(text)
@@ -595,7 +589,7 @@ def _derived_facts(
     if stored is not None:
         derived, texts, configs = stored
         if all(
-            cache.content_digest(path) == read_from or layout.text_facts(path) == read
+            cast(ResultCache, cache).content_digest(path) == read_from or layout.text_facts(path) == read
             for path, (read_from, read) in texts.items()
         ) and all(read_config_values(folder) == values for folder, values in configs.items()):
             return _sharing_roots(derived, layout.roots)
@@ -637,7 +631,9 @@ def _with_lines(result: ScanResult, cache: ResultCache | None = None) -> ScanRes
     result.facts = {name: facts for name, facts in result.facts.items() if name in with_findings}
     for name, facts in result.facts.items():
         if facts.entered:
-            result.facts[name] = replace(facts, entered=tuple((q, resolve(origin)) for q, origin in facts.entered))
+            result.facts[name] = replace(
+                facts, entered=tuple((q, cast(str, resolve(origin))) for q, origin in facts.entered)
+            )
     return result
 
 
@@ -719,7 +715,7 @@ class _Workers:
 
     def _analyze(self, work, progress: Callable[[int, int], None]) -> list[Outcome]:
         if not self.isolated and (self.jobs <= 1 or len(work) < 2):
-            outcomes = []
+            outcomes: list[Outcome] = []
             for item in work:
                 outcomes.append(_analyze_item(item))
                 progress(len(outcomes), len(work))
@@ -730,9 +726,9 @@ class _Workers:
         # Largest files first, handed out one by one: a few huge modules (torch has 25,000-line
         # test files) must not end up in one worker's batch while the others sit idle.
         order = sorted(range(len(work)), key=lambda i: _size(work[i][0]), reverse=True)
-        outcomes: list[Outcome] = [([], [], None, None)] * len(work)
+        outcomes = [([], [], None, None)] * len(work)
         for done, (position, outcome) in enumerate(self._pool.run([work[i] for i in order], self._not_analysed), 1):
-            outcomes[order[position]] = outcome
+            outcomes[order[position]] = cast(Outcome, outcome)  # what _analyze_item and _not_analysed return
             progress(done, len(work))
         return outcomes
 

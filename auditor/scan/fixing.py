@@ -16,13 +16,15 @@ import tokenize
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import libcst as cst
 
 from loopaudit.analysis.cross_module import ProjectFacts
 from loopaudit.atomic import write_atomically
-from loopaudit.findings.finding import Finding
-from loopaudit.scan.engine import ScanOptions, analyze_text
+from loopaudit.findings.finding import Finding, FixInfo
+from loopaudit.scan.engine import analyze_text
+from loopaudit.scan.options import ScanOptions
 
 MAX_PASSES = 8
 
@@ -61,7 +63,7 @@ def fix_file(
     findings = analyze_text(text, display, options, facts=facts)
     first = findings
     for _ in range(MAX_PASSES):
-        edits = _non_overlapping([e for f in findings if applicable(f, unsafe) for e in f.fix.edits])
+        edits = _non_overlapping([e for f in findings if applicable(f, unsafe) for e in cast(FixInfo, f.fix).edits])
         if not edits:
             break
         candidate = _apply(text, edits)

@@ -71,7 +71,7 @@ def _make_codec(kind) -> _Codec:
     if kind is dict:
         return _same, lambda data, shared: _free(data, 0)
     if dataclasses.is_dataclass(kind):
-        return _record_codec(kind, [field.name for field in dataclasses.fields(kind)], keywords=True)
+        return _record_codec(typing.cast(type, kind), [field.name for field in dataclasses.fields(kind)], keywords=True)
     if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields"):  # a NamedTuple
         return _record_codec(kind, list(kind._fields), keywords=False)
     origin, arguments = typing.get_origin(kind), typing.get_args(kind)

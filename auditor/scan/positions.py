@@ -19,6 +19,7 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -112,7 +113,7 @@ class Positions:
             state = PositionProvidingCodegenState(
                 default_indent=self.module.default_indent,
                 default_newline=self.module.default_newline,
-                provider=recorder,
+                provider=cast(PositionProvider, recorder),  # it writes only `_computed`
                 indent_tokens=list(indent),
             )
             code = _print(statement, state)
@@ -138,7 +139,7 @@ class Positions:
             state = PositionProvidingCodegenState(
                 default_indent=self.module.default_indent,
                 default_newline=self.module.default_newline,
-                provider=recorder,
+                provider=cast(PositionProvider, recorder),  # it writes only `_computed`
             )
             self.module._codegen(state)
             self._known.update(recorder._computed)

@@ -17,6 +17,8 @@ Not a rule (it declares none). Each question is answered yes only when the code 
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 from loopaudit.rule_api import (
@@ -527,7 +529,11 @@ def _call_on_device(call: cst.Call, scope, ctx, depth: int, seen: set) -> bool:
     for function in ctx.steps.resolve(site) if site is not None else ():
         if any(_on_device(value, function.scope, ctx, deeper, seen) for value in function.returns):
             return True  # a function of the module whose result it computed on the device
-    if method is not None and ctx.qualified_name(func) is None and _on_device(func.value, scope, ctx, deeper, seen):
+    if (
+        method is not None
+        and ctx.qualified_name(func) is None
+        and _on_device(cast(cst.Attribute, func).value, scope, ctx, deeper, seen)
+    ):
         return True  # `latents.sample()`, `vae.encode(x)` on a value on the device
     return any(_on_device(arg.value, scope, ctx, deeper, seen) for arg in call.args if not arg.star)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import re
+from typing import Any, cast
 
 import libcst as cst
 
@@ -89,7 +90,7 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
     if depth > 3:
         return None
     if isinstance(expr, cst.Dict):
-        entries = {}
+        entries: dict = {}
         for element in expr.elements:
             if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
                 return None
@@ -99,7 +100,7 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
         # `dict(batch_size=batch_size, num_workers=4, pin_memory=True)` (Pytorch-UNet's loader_args)
         if any(arg.keyword is None for arg in expr.args):
             return None
-        return {arg.keyword.value: arg.value for arg in expr.args}
+        return {cast(cst.Name, arg.keyword).value: arg.value for arg in expr.args}
     if isinstance(expr, cst.IfExp):
         # `{"num_workers": 1, "pin_memory": True} if use_cuda else {}`: these rules are about the
         # CUDA path, so a key set in either branch counts.
@@ -109,7 +110,7 @@ def _dict_entries(expr: cst.BaseExpression, ctx, depth: int = 0) -> dict | None:
         found = ctx.scope.lookup(expr.value)
         if not found or not found[0]:
             return None
-        entries: dict = {}
+        entries = {}
         for binding in found[0]:
             part = _dict_entries(binding.value, ctx, depth + 1) if binding.kind == "value" else None
             if part is None:
@@ -170,7 +171,8 @@ _LIGHTNING_LOADER_HOOKS = {
 def lightning_loader_role(call: cst.Call, ctx) -> str | None:
     """ "train" or "eval" for a DataLoader returned by a LightningModule's or LightningDataModule's
     `train_dataloader()` / `val_dataloader()` / ..., which Lightning's own loop iterates; else None."""
-    function = ctx.frame.enclosing_function() if ctx.frame is not None else None
+    # FunctionInfo | None; role is None whenever function is
+    function: Any = ctx.frame.enclosing_function() if ctx.frame is not None else None
     role = _LIGHTNING_LOADER_HOOKS.get(function.name) if function is not None else None
     if role is None or function.class_info is None or not _is_lightning_class(function.class_info, ctx):
         return None
@@ -703,7 +705,8 @@ def _strip_to_source(expr: cst.BaseExpression, ctx) -> cst.BaseExpression:
             if expr.func.attr.value in ("items", "values"):  # `for k, v in batch.items()`
                 expr = expr.func.value
             elif ctx.qualified_name(expr.func) is None and not _calls_own_function(expr, ctx):
-                expr = expr.func.value  # `x.float()`: x itself (not `self.label2onehot(...)`, a method)
+                # `x.float()`: x itself (not `self.label2onehot(...)`, a method)
+                expr = cast(cst.Attribute, expr.func).value
             else:
                 return expr
         else:
@@ -718,7 +721,7 @@ def _names_prepared(ctx) -> frozenset[str]:
     """The loaders handed to `accelerator.prepare(...)` and the names what it returns is bound to,
     whole (`train_dl = accelerator.prepare(train_dl)`) or unpacked (`model, opt, train_dl =
     accelerator.prepare(model, opt, train_loader)`)."""
-    names = set()
+    names: set[str | None] = set()
     for site in ctx.index.calls:
         func = site.call.func
         if isinstance(func, cst.Attribute) and func.attr.value in _PREPARE_METHODS:
@@ -732,7 +735,7 @@ def _names_prepared(ctx) -> frozenset[str]:
                 if any(b.kind == "element" and b.value is site.call for b in bindings)
             )
     names.discard(None)
-    return frozenset(names)
+    return frozenset(cast("set[str]", names))
 
 
 # --- Accelerate's batch placement ---------------------------------------------------------------

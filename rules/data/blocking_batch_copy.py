@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
 from loopaudit.rule_api import TRUE, Fix, Kind, Report, Rule, RuleContext, with_keyword
 from loopaudit.rules.data._loaders import is_host_batch, moves_to_device
-from loopaudit.rules.data.created_on_host import (
+from loopaudit.rules.data.tensor_created_on_host_then_moved import (
     DTYPE_METHODS,
     host_created,
     kept_attribute,
@@ -458,6 +459,7 @@ class BlockingBatchCopy(Rule):
     node_types = (cst.Call,)
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         receiver = moves_to_device(node, ctx)
         if receiver is None or _created_here(receiver, ctx) or not is_host_batch(receiver, ctx):
             return
@@ -477,7 +479,7 @@ class BlockingBatchCopy(Rule):
 
 def _host_conversion(receiver: cst.BaseExpression, move: cst.Call) -> cst.Call | None:
     """`x.float()` in `x.float().to(device)`: a dtype conversion made on the host right before the copy."""
-    if move.func.attr.value not in ("to", "cuda") or not isinstance(receiver, cst.Call):
+    if cast(cst.Attribute, move.func).attr.value not in ("to", "cuda") or not isinstance(receiver, cst.Call):
         return None
     func = receiver.func
     return (
@@ -488,7 +490,7 @@ def _host_conversion(receiver: cst.BaseExpression, move: cst.Call) -> cst.Call |
 def _converted_first(move: cst.Call, conversion: cst.Call, ctx) -> Report:
     """`x.float().to(device)` -> `x.to(device, non_blocking=True).float()`: copy the batch as it is
     (pinned, and often smaller: uint8 images, int32 tokens), convert on the GPU."""
-    method = conversion.func.attr.value
+    method = cast(cst.Attribute, conversion.func).attr.value
     converted = f"`.{method}()`" if not conversion.args else f"`.{method}(...)`"
     message = (
         f"`{ctx.source(move)}` converts the batch on the host before a blocking copy: {converted} makes a new, "
@@ -499,14 +501,16 @@ def _converted_first(move: cst.Call, conversion: cst.Call, ctx) -> Report:
     # takes the other tensor's dtype too, and `.to(device, dtype)` converts once more.
     target = [a.value for a in move.args if a.keyword is None or a.keyword.value == "device"]
     blocking = [a for a in move.args if a.keyword is not None and a.keyword.value == "non_blocking"]
-    if move.func.attr.value == "to" and (
+    if cast(cst.Attribute, move.func).attr.value == "to" and (
         len(target) != 1
         or len(move.args) != 1 + len(blocking)
         or ctx.kind(target[0]) in (Kind.TENSOR, Kind.HOST_TENSOR)
     ):
         return Report(move, message)
     copied = with_keyword(
-        move.with_changes(func=move.func.with_changes(value=conversion.func.value)), "non_blocking", TRUE
+        move.with_changes(func=move.func.with_changes(value=cast(cst.Attribute, conversion.func).value)),
+        "non_blocking",
+        TRUE,
     )
     rewritten = conversion.with_changes(func=conversion.func.with_changes(value=copied))
     written = ctx.source(rewritten, 60)

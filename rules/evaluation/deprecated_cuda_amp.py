@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -118,6 +119,7 @@ class DeprecatedCudaAmp(Rule):
     text_hint = r"cuda\.amp\b|from\s+torch\.cuda\s+import[^\n]*\bamp\b"
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         qualified = ctx.qualified_name(node.func)
         replacement = _REPLACEMENTS.get(qualified or "")
         if replacement is None:

@@ -1,7 +1,7 @@
 from loopaudit.rule_api import FileRule
 
 
-class NotAnalysedRule(FileRule):
+class NotAnalysed(FileRule):
     code = "LA003"
     name = "not-analysed"
     summary = "The file is valid Python, but loopaudit could not analyse it (too complex, too slow, or it crashed the parser)."

@@ -1,7 +1,7 @@
 from loopaudit.rule_api import FileRule
 
 
-class UnreadableFileRule(FileRule):
+class UnreadableFile(FileRule):
     code = "LA002"
     name = "unreadable-file"
     summary = "The file cannot be read as UTF-8 Python source (binary, wrong encoding, no permission)."

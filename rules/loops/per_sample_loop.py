@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -205,6 +206,7 @@ class PerSampleLoop(Rule):
     needs_cuda = False
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.For, node)  # node_types
         evidence = per_sample_work(node, ctx)
         if evidence is not None:
             header = ctx.source(node.iter, 36)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -105,6 +106,7 @@ class ZeroGradMemset(Rule):
     needs_cuda = False
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         if ctx.method_call(node, "zero_grad") is None:
             return
         for position, arg in enumerate(node.args):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import ClassVar
 
 from loopaudit.rule_api import Observation, RuntimeRule
 
@@ -47,7 +48,7 @@ class PageableBatchCopy(RuntimeRule):
         "No automatic fix here (`loopaudit scan`'s LA201 and LA202 point at the same lines). Pinning is "
         "safe for the results; it takes page-locked host memory for a few batches."
     )
-    valid = (
+    valid: ClassVar[tuple[str, ...]] = (
         "import torch\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
         'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'

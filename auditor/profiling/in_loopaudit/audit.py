@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from loopaudit.findings.finding import Finding, Location, rule_url
 from loopaudit.profiling.in_loopaudit.evidence import RunEvidence
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 from loopaudit.profiling.in_script.report import SiteRecord
 from loopaudit.rule_api.registry import rule_by_code
-from loopaudit.rule_api.rule import Observation, RuntimeRule
+from loopaudit.rule_api.rule import Observation, Rule, RuntimeRule
 
 
 def display_path(path: str) -> str:
@@ -146,7 +147,7 @@ def _check(finding: Finding, measured: Sequence[Finding], cuda: bool) -> StaticC
     codes = rule.confirmed_by if rule else ()
     if not codes:
         return StaticCheck(finding, measurable=False, confirmed=False, unmeasurable_because="no run-time counterpart")
-    if not cuda and not rule.confirmable_on_cpu:
+    if not cuda and not cast(type[Rule], rule).confirmable_on_cpu:  # codes came from it
         return StaticCheck(finding, measurable=False, confirmed=False, unmeasurable_because="needs a GPU to measure")
     rows = finding.rows()  # a sync measured at any read of a grouped finding confirms it
     match = next(

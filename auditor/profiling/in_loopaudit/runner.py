@@ -43,7 +43,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 from loopaudit.profiling.in_script.report import ProbeReport
 
@@ -164,7 +165,7 @@ class _Signals:
 
     def __init__(self) -> None:
         self.received: list[int] = []
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}  # as signal.signal gives
 
     def __enter__(self) -> _Signals:
         for number in (signal.SIGINT, signal.SIGTERM):

@@ -117,7 +117,7 @@ def load_trace(path: str | Path) -> Trace:
         return held.setdefault(value, value) if type(value) is int else value
 
     categories: dict = {}  # by the `cat` value as the file has it
-    events = []
+    events: list[Event] = []
     for name, cat, ts, dur, pid, tid, args in reader:
         if len(events) == MAX_EVENTS:
             raise TraceError(

@@ -163,7 +163,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     dataloader_fraction = (
         sum(step.dataloader_us for step in breakdowns) / total if total and loaders else (0.0 if total else None)
     )
-    allocator = defaultdict(int)
+    allocator: defaultdict[str, int] = defaultdict(int)
     allocator_us = 0.0
     freeing_steps: set[int] = set()
     free_frame = None
@@ -198,7 +198,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
 
 def _steps(trace: Trace) -> list[tuple[str, float, float]]:
     """(name, start, end) of each ProfilerStep#N; the whole host span when the trace marks none."""
-    marked = {}
+    marked: dict[str, tuple[str, float, float]] = {}
     for event in trace.events:
         if _STEP.match(event.name) and event.category in (Category.CPU_OP, Category.ANNOTATION):
             marked.setdefault(event.name, (event.name, event.ts, event.end))

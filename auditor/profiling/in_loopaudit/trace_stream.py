@@ -27,12 +27,13 @@ holds for all of them:
 from __future__ import annotations
 
 import gzip
+import io
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from math import isfinite
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 import ijson
 
@@ -165,7 +166,7 @@ class TraceReader:
 
     def _event(self, tokens: Iterator, index: int, depth: int) -> tuple | None:
         """The event whose `start_map` was just read, if it is a complete one with a timestamp."""
-        fields = {}
+        fields: dict[str, Any] = {}
         args = _NO_ARGS
         members = _Members(tokens)
         try:
@@ -301,13 +302,14 @@ class _BoundedSource:
         self._raw = raw
         self._progress = progress
         self.consumed = 0
-        self._mark = self._mark_at = None
+        self._mark: object = None
+        self._mark_at: int | None = None
 
     def read(self, size: int) -> bytes:
         mark = self._progress()
         if mark != self._mark:
             self._mark, self._mark_at = mark, self.consumed
-        elif self.consumed - self._mark_at > MAX_VALUE_BYTES:
+        elif self.consumed - cast(int, self._mark_at) > MAX_VALUE_BYTES:  # set by the first read
             raise _Refusal(
                 f"runs past {MAX_VALUE_BYTES >> 20} MiB without ending: no profiler writes a value that large"
             )
@@ -328,7 +330,7 @@ def _decompressed(path: Path) -> Iterator[BinaryIO]:
             yield _after_byte_order_mark(file)
 
 
-def _after_byte_order_mark(stream: BinaryIO) -> BinaryIO:
+def _after_byte_order_mark(stream: io.BufferedReader | gzip.GzipFile) -> BinaryIO:
     if stream.peek(3)[:3] == _UTF8_BOM:
         stream.read(3)
-    return stream
+    return cast(BinaryIO, stream)

@@ -17,6 +17,12 @@ import sys
 import threading
 import traceback
 
+# typing.TYPE_CHECKING without importing typing, which this process must not load before the script
+# does (the type checker takes any TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from loopaudit.profiling.in_script.probe import Probe
+
 EXIT_SCRIPT_FAILED = 1
 EXIT_NO_PROBE = 2
 
@@ -81,7 +87,7 @@ class _Listener:
     def __init__(self, control: int, work: str) -> None:
         os.set_inheritable(control, False)  # the script's own subprocesses have no business with it
         self.control, self.work = control, work
-        self.probe = None  # set once installed; loopaudit asks for the report only after that
+        self.probe: Probe | None = None  # set once installed; loopaudit asks for the report only after that
         threading.Thread(target=self._listen, name="loopaudit-control", daemon=True).start()
 
     def _listen(self) -> None:

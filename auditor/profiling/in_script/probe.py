@@ -24,6 +24,7 @@ import threading
 import time
 import warnings
 from collections import Counter
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -33,6 +34,13 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport, SiteRecord, StepRecord
 from loopaudit.profiling.in_script.sites import user_site
 from loopaudit.profiling.in_script.spy import BatchTracker, SyncSpy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torch.profiler import profile as TorchProfile  # the name `profile` is a flag here
+
+    _ShowWarning = Callable[..., None]  # warnings.showwarning's kind
 
 _SYNC_WARNING = "synchronizing CUDA operation"  # the text of set_sync_debug_mode's warning
 
@@ -75,14 +83,14 @@ class Probe:
         # fetched, when there is one; a first step without one began with the script (start-up).
         self._first_step_began = False
         self._spy: SyncSpy | None = None
-        self._profiler = None
+        self._profiler: TorchProfile | None = None
         self._measuring = False
         self._halted = False  # loopaudit stopped the measurement (halt): nothing after it counts
         self._reported = False  # the final report is written
         self._writing = threading.Lock()  # halt writes from loopaudit's thread, the rest from the script's
         self._loaders: dict[int, tuple[LoaderRecord, int]] = {}  # id(loader) -> (record, index)
         self._empty_cache: dict[tuple[str, int], SiteRecord] = {}
-        self._original_showwarning = None
+        self._original_showwarning: _ShowWarning | None = None
         self._progress_path = progress  # where the runner reads how many steps have passed
 
     # --- installing --------------------------------------------------------------------------
@@ -151,7 +159,8 @@ class Probe:
                 iterator.__dict__.pop("_loopaudit_fresh", None)
             return batch
 
-        DataLoader.__init__, DataLoader.__iter__, _BaseDataLoaderIter.__next__ = __init__, __iter__, __next__
+        # torch's DataLoader patched on purpose: the type checker refuses assignments to methods.
+        DataLoader.__init__, DataLoader.__iter__, _BaseDataLoaderIter.__next__ = __init__, __iter__, __next__  # type: ignore[method-assign, assignment]
 
     def _loader_record(self, loader) -> tuple[LoaderRecord, int]:
         entry = self._loaders.get(id(loader))
@@ -282,7 +291,7 @@ class Probe:
             self._spy = None
         if self._measuring and self.cuda:
             torch.cuda.set_sync_debug_mode(0)
-            warnings.showwarning = self._original_showwarning
+            warnings.showwarning = cast("_ShowWarning", self._original_showwarning)  # set when the window opened
         self._measuring = False
         self.batches.enabled = False
         if self._profiler is not None:

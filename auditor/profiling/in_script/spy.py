@@ -288,7 +288,9 @@ class SyncSpy:
             and not is_user_file(frame.f_code.co_filename)
             and not frame.f_code.co_filename.startswith("<")
         ):
-            via = f"{_short_path(frame.f_code.co_filename)}:{frame.f_code.co_qualname}"
+            # co_qualname is Python 3.11+; 3.10 names the function alone.
+            code = frame.f_code
+            via = f"{_short_path(code.co_filename)}:{getattr(code, 'co_qualname', code.co_name)}"
         frame = user_frame(frame)
         if frame is None:
             return None, None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -356,7 +357,7 @@ def _written_in_place(body: cst.CSTNode, name: str, ctx, before: int | None = No
     return False
 
 
-class CreatedOnHostThenMoved(Rule):
+class TensorCreatedOnHostThenMoved(Rule):
     code = "LA205"
     name = "tensor-created-on-host-then-moved"
     summary = "`torch.arange(n).to(device)` and kin once per step: create the tensor on the device with `device=`."
@@ -705,6 +706,7 @@ class CreatedOnHostThenMoved(Rule):
     node_types = (cst.Call,)
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         receiver = moves_to_device(node, ctx) or _typed_as_device_tensor(node, ctx)
         if receiver is None:
             return
@@ -728,7 +730,7 @@ class CreatedOnHostThenMoved(Rule):
         constant = (factory in _FROM_DATA and not (data is not None and _lists_sizes(data)) and not drawn) or (
             factory in LEGACY_CONSTRUCTORS and _legacy_constant(creation)
         )
-        move = f"`.{node.func.attr.value}(...)`"
+        move = f"`.{cast(cst.Attribute, node.func).attr.value}(...)`"
         if model_class(ctx) is not None and built_from_constants(receiver, ctx, ctx.scope):
             # The same tensor every forward: a buffer of the model, moved once with it.
             yield Report(

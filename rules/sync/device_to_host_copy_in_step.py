@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -157,7 +158,7 @@ def _is_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-class DeviceToHostInStep(Rule):
+class DeviceToHostCopyInStep(Rule):
     code = "LA102"
     name = "device-to-host-copy-in-step"
     summary = '`.cpu()`, `.to("cpu")` or `.numpy(force=True)` of a tensor once per step.'
@@ -280,6 +281,7 @@ class DeviceToHostInStep(Rule):
     node_types = (cst.Call,)
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         receiver = ctx.method_call(node, "cpu")
         if receiver is not None:
             if ctx.maybe_tensor(receiver) and not _is_module(receiver, ctx):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -139,7 +140,7 @@ class FormatTensorInStep(Rule):
                         "`%` formats a tensor: its value is read on the host, so the CPU stalls until the GPU drains, once per step",
                     )
         else:
-            yield from self._call(node, ctx)
+            yield from self._call(cast(cst.Call, node), ctx)
 
     def _call(self, node: cst.Call, ctx):
         func = node.func

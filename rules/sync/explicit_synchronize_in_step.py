@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -11,7 +12,7 @@ _SYNCHRONIZE_FUNCTIONS = frozenset(
 )
 
 
-class SynchronizeInStep(Rule):
+class ExplicitSynchronizeInStep(Rule):
     code = "LA106"
     name = "explicit-synchronize-in-step"
     summary = "`torch.cuda.synchronize()`, `stream.synchronize()` or `event.synchronize()` once per step."
@@ -92,6 +93,7 @@ class SynchronizeInStep(Rule):
     node_types = (cst.Call,)
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         qualified = ctx.qualified_name(node.func) or ""
         if qualified in ("torch.cuda.synchronize", "torch.accelerator.synchronize"):
             yield Report(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -368,6 +369,7 @@ class WorkersRespawnedEachEpoch(Rule):
     needs_cuda = False  # starting the workers again stalls a CPU training loop as much as a GPU one
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         if not is_dataloader(node, ctx):
             return
         workers = loader_argument(node, "num_workers", ctx)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -83,5 +84,6 @@ class GcCollectInStep(Rule):
     needs_cuda = False
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         if (ctx.qualified_name(node.func) or "") == "gc.collect":
             yield Report(node)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -106,6 +107,7 @@ class EmptyCacheInStep(Rule):
     node_types = (cst.Call,)
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast(cst.Call, node)  # node_types
         if (ctx.qualified_name(node.func) or "") in _EMPTY_CACHE:
             yield Report(node, fix=_removal(node, ctx))
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -228,6 +229,7 @@ class LossAccumulatedWithGraph(Rule):
     needs_cuda = False
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast("cst.AugAssign | cst.Call", node)  # node_types
         if isinstance(node, cst.AugAssign):
             if not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)) or not isinstance(
                 node.target, cst.Name

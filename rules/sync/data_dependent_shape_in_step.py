@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -70,7 +71,7 @@ _MASK_FUNCTIONS = frozenset(
 )
 
 
-class DynamicShapeInStep(Rule):
+class DataDependentShapeInStep(Rule):
     code = "LA105"
     name = "data-dependent-shape-in-step"
     summary = "An op whose output size depends on tensor values (`nonzero`, `unique`, `x[mask]`) once per step."
@@ -243,6 +244,7 @@ class DynamicShapeInStep(Rule):
         if isinstance(node, cst.Subscript):
             yield from self._mask_index(node, ctx)
             return
+        node = cast(cst.Call, node)  # node_types
         qualified = ctx.qualified_name(node.func) or ""
         if qualified in _TORCH_FUNCTIONS:
             first = next((arg.value for arg in node.args if arg.keyword is None and not arg.star), None)
@@ -264,7 +266,7 @@ class DynamicShapeInStep(Rule):
         if receiver is not None and _read_at_once(node, ctx):
             return  # `(ts == t).nonzero().item()`: one place that waits, reported once, by LA101
         if receiver is not None and ctx.maybe_tensor(receiver) and not _is_static_nonzero(node):
-            method = node.func.attr.value
+            method = cast(cst.Attribute, node.func).attr.value
             yield Report(
                 node,
                 f"`.{method}()` returns a data-dependent number of elements: the CPU waits for the GPU to count them, once per step",
@@ -386,7 +388,7 @@ def _read_at_once(node: cst.Call, ctx) -> bool:
     return (
         isinstance(call, cst.Call)
         and call.func is attribute
-        and attribute.attr.value in ("item", "tolist")
+        and cast(cst.Attribute, attribute).attr.value in ("item", "tolist")
         and not call.args
     )
 
@@ -424,10 +426,10 @@ def _mask_identity(mask: cst.BaseExpression, ctx) -> tuple:
     mask assigned again between two uses is two masks)."""
     code = " ".join(ctx.index.module.code_for_node(mask).split())
     use = ctx.index.uses.get(id(mask)) if isinstance(mask, cst.Name) else None
-    found = ctx.scope.lookup(mask.value) if use is not None else None
+    found = ctx.scope.lookup(cast(cst.Name, mask).value) if use is not None else None
     if not found:
         return (code,)
-    return code, max((b for b in found[0] if b.order < use[0]), key=lambda b: b.order, default=None)
+    return code, max((b for b in found[0] if b.order < cast(tuple, use)[0]), key=lambda b: b.order, default=None)
 
 
 def _is_whole_slice(element: cst.BaseSlice) -> bool:
@@ -438,4 +440,6 @@ def _is_whole_slice(element: cst.BaseSlice) -> bool:
 
 
 def _is_static_nonzero(node: cst.Call) -> bool:
-    return node.func.attr.value == "nonzero" and any(arg.keyword and arg.keyword.value == "size" for arg in node.args)
+    return cast(cst.Attribute, node.func).attr.value == "nonzero" and any(
+        arg.keyword and arg.keyword.value == "size" for arg in node.args
+    )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
@@ -19,7 +20,7 @@ from loopaudit.rules.loops._batch import (
 from loopaudit.rules.loops._per_sample import per_sample_work
 
 
-class ElementWiseWrite(Rule):
+class ElementWiseTensorWrite(Rule):
     code = "LA302"
     name = "element-wise-tensor-write"
     summary = "Element-by-element writes into a tensor in a Python loop over its size, once per step."
@@ -156,6 +157,7 @@ class ElementWiseWrite(Rule):
     needs_cuda = False
 
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
+        node = cast("cst.Assign | cst.AugAssign", node)  # node_types
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
         for target in targets:
             if not isinstance(target, cst.Subscript) or tensor_kind(target.value, ctx) not in TENSORS:

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 
 from loopaudit.rule_api import Group, Report, Rule, RuleContext, terminal_name
-from loopaudit.rules.sync.dynamic_shape import DATA_DEPENDENT_METHODS
+from loopaudit.rules.sync.data_dependent_shape_in_step import DATA_DEPENDENT_METHODS
 
 # `GradScaler.get_scale()` returns `self._scale.item()`, and `state_dict()` calls it: a sync hidden in
 # the scaler (timm's NativeScaler and DeiT/MAE's `loss_scaler.state_dict()["scale"]` go through it).
@@ -64,7 +65,7 @@ def _legacy_read(node: cst.Subscript, ctx) -> cst.BaseExpression | None:
         name = terminal_name(tensor.func)
         scalar = bool(name) and (
             (name in _REDUCTIONS and not tensor.args and isinstance(tensor.func, cst.Attribute))
-            or bool(_SCALAR_NAME.search(name))
+            or bool(_SCALAR_NAME.search(cast(str, name)))
         )
     else:
         scalar = bool(_SCALAR_NAME.search(terminal_name(tensor) or ""))
@@ -383,6 +384,7 @@ class ItemInStep(Rule):
                     ),
                 )
             return
+        node = cast(cst.Call, node)  # node_types
         scaler = ctx.method_call(node, "get_scale", "state_dict")
         if scaler is not None and _is_grad_scaler(scaler, ctx):
             yield Report(
@@ -395,15 +397,15 @@ class ItemInStep(Rule):
         receiver = ctx.method_call(node, "item", "tolist")
         if receiver is None or node.args or not ctx.maybe_tensor(receiver):
             return
-        what = "tensor" if node.func.attr.value == "tolist" else "value"
+        what = "tensor" if cast(cst.Attribute, node.func).attr.value == "tolist" else "value"
         message = (
             f"`{ctx.source(node)}` copies a GPU {what} to the host: the CPU stalls until the GPU drains, once per step"
         )
         if isinstance(receiver, cst.Call) and ctx.method_call(receiver, *DATA_DEPENDENT_METHODS) is not None:
             # `(ts == t).nonzero().item()`: LA105 leaves this line to us, so the message names both waits
             message = (
-                f"`{ctx.source(node)}` waits for the GPU twice, once per step: `.{receiver.func.attr.value}()` to "
-                f"count its elements, `.{node.func.attr.value}()` to copy them to the host"
+                f"`{ctx.source(node)}` waits for the GPU twice, once per step: `.{cast(cst.Attribute, receiver.func).attr.value}()` to "
+                f"count its elements, `.{cast(cst.Attribute, node.func).attr.value}()` to copy them to the host"
             )
         yield Report(
             node,
