@@ -141,8 +141,8 @@ def scan_pass(tree: Path, cache: Path) -> dict:
 def parse_pass(tree: Path, files: list[Path], jobs: int) -> dict:
     """Every file named explicitly (parsed whatever the prefilter says), through the isolated analysis."""
     from loopaudit.rule_api.registry import static_rules
-    from loopaudit.scan.engine import analyze_many
     from loopaudit.scan.options import ScanOptions
+    from loopaudit.scan.project_scan import analyze_many
 
     options = ScanOptions(rules=static_rules())
     items = [(str(path), path.relative_to(tree).as_posix(), True, options) for path in files]

@@ -17,6 +17,7 @@ import time
 import libcst as cst
 
 import loopaudit.scan.engine as engine
+import loopaudit.scan.project_scan as project_scan
 from loopaudit.commands.cli import app
 from loopaudit.scan.collector import own_collector
 
@@ -42,10 +43,10 @@ def main() -> int:
         return 2
     engine.cst.parse_module = timed("parse (libcst)", cst.parse_module)
     engine._apply_rules = timed("analysis (index, step model, tensors, rules, summary)", engine._apply_rules)
-    engine._to_findings = timed("  of which findings (positions, fixes)", engine._to_findings)
+    engine.to_findings = timed("  of which findings (positions, fixes)", engine.to_findings)
     engine.passes_prefilter = timed("prefilter", engine.passes_prefilter)
-    engine.derive_facts = timed("project facts (derive_facts, all rounds)", engine.derive_facts)
-    engine._with_lines = timed("line numbers of contexts", engine._with_lines)
+    project_scan.derive_facts = timed("project facts (derive_facts, all rounds)", project_scan.derive_facts)
+    project_scan._with_lines = timed("line numbers of contexts", project_scan._with_lines)
     sys.argv = [
         "loopaudit",
         "scan",

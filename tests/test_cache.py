@@ -11,9 +11,9 @@ import pytest
 
 from loopaudit.analysis.layout import ProjectLayout
 from loopaudit.scan import cache as cache_module
-from loopaudit.scan import engine
+from loopaudit.scan import project_scan
 from loopaudit.scan.cache import FOLDER_NAME, ResultCache
-from loopaudit.scan.engine import analyze_many
+from loopaudit.scan.project_scan import analyze_many
 
 from .conftest import loopaudit_command, run_cli
 from .test_project import CUDA_TRAINING, OPTIONS, PROJECTS, write_project
@@ -72,7 +72,7 @@ def test_a_comment_added_to_a_module_leaves_the_project_facts_to_be_read_back(tm
     fresh = scan(project)
     derived = []
     monkeypatch.setattr(
-        engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args)
+        project_scan, "derive_facts", lambda *args, real=project_scan.derive_facts: derived.append(1) or real(*args)
     )
     cache = new_cache(tmp_path / "cache")
     assert scan(project, cache) == fresh
@@ -94,18 +94,18 @@ def test_facts_read_back_are_checked_against_the_text_of_files_without_a_summary
     outcomes = {path: ([], [], None, None) for path in paths}  # no summaries: every file's facts come from its text
     derived = []
     monkeypatch.setattr(
-        engine, "derive_facts", lambda *args, real=engine.derive_facts: derived.append(1) or real(*args)
+        project_scan, "derive_facts", lambda *args, real=project_scan.derive_facts: derived.append(1) or real(*args)
     )
 
     def facts():
         layout = ProjectLayout(paths)  # a new scan's
-        return engine._derived_facts(layout, outcomes, new_cache(tmp_path / "cache"))
+        return project_scan._derived_facts(layout, outcomes, new_cache(tmp_path / "cache"))
 
     first = facts()
     assert facts() == first and len(derived) == 1  # read back
     skipped = tmp_path / "p" / "skipped.py"
     skipped.write_text("from elsewhere import step\nclass A:\n    def forward(self):\n        pass\n")
-    assert facts() == engine.derive_facts(ProjectLayout(paths), {}) and len(derived) == 3  # derived again
+    assert facts() == project_scan.derive_facts(ProjectLayout(paths), {}) and len(derived) == 3  # derived again
 
 
 def test_an_edit_in_the_caller_changes_the_findings_of_an_unchanged_callee(tmp_path):
@@ -321,7 +321,7 @@ def test_signed_entries_that_do_not_fit_their_type_are_misses(tmp_path, body):
     entry.parent.mkdir(parents=True)
     body = body.replace(b"KEY", key.encode())
     entry.write_bytes(cache._sign(body) + b"\n" + body)
-    assert cache.get(key, engine.Outcome) is None
+    assert cache.get(key, project_scan.Outcome) is None
     assert (cache.hits, cache.misses) == (0, 1)
 
 
@@ -329,8 +329,8 @@ def test_an_entry_reads_back_as_the_value_that_was_stored(tmp_path):
     cache = new_cache(tmp_path / "cache")
     key = "cd" + "1" * 38
     outcome = ([], ["f.py: ValueError: x"], '{"summary": "as text"}', "digest")
-    cache.put(key, outcome, engine.Outcome)
-    assert cache.get(key, engine.Outcome) == outcome
+    cache.put(key, outcome, project_scan.Outcome)
+    assert cache.get(key, project_scan.Outcome) == outcome
     assert cache.hits == 1
 
 

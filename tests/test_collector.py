@@ -29,7 +29,7 @@ def test_a_project_scan_leaves_no_cycle_frozen():
     output = _python(f"""
         import gc, glob
         from loopaudit.scan import collector
-        from loopaudit.scan.engine import analyze_many
+        from loopaudit.scan.project_scan import analyze_many
         from loopaudit.scan.options import ScanOptions
         from loopaudit.rule_api.registry import all_rules
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import analyze_many, analyze_text
+from loopaudit.scan.engine import analyze_text
 from loopaudit.scan.options import ScanOptions
+from loopaudit.scan.project_scan import analyze_many
 
 OPTIONS = ScanOptions(rules=all_rules())
 

@@ -13,8 +13,8 @@ import os
 import random
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import analyze_many
 from loopaudit.scan.options import ScanOptions
+from loopaudit.scan.project_scan import analyze_many
 
 from .conftest import FIXTURES
 

@@ -15,9 +15,9 @@ import pytest
 
 from loopaudit.findings.finding import Finding, Location
 from loopaudit.rule_api.rule import Group
-from loopaudit.scan.engine import Outcome
 from loopaudit.scan.grouping import one_finding_per_problem
 from loopaudit.scan.plain_data import from_plain, to_plain
+from loopaudit.scan.project_scan import Outcome
 
 from .conftest import REPO, run_cli, scanned_text
 from .test_output_formats import sarif_validator

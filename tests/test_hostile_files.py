@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan import engine
-from loopaudit.scan.engine import analyze_bytes, analyze_many
+from loopaudit.scan import project_scan
+from loopaudit.scan.engine import analyze_bytes
 from loopaudit.scan.options import ScanOptions
+from loopaudit.scan.project_scan import analyze_many
 
 from .conftest import FIXTURES, loopaudit_command, run_cli
 
@@ -153,7 +154,7 @@ def test_a_worker_that_crashes_costs_its_file_alone(tmp_path, monkeypatch, jobs)
     is reported as not analysed, and a new worker takes the next file."""
     for number in range(6):
         (tmp_path / f"train_{number}.py").write_text(TRAINING)
-    real = engine.analyze_file
+    real = project_scan.analyze_file
 
     def crashing(path, *args, **kwargs):
         if path.endswith("train_2.py"):
@@ -161,7 +162,7 @@ def test_a_worker_that_crashes_costs_its_file_alone(tmp_path, monkeypatch, jobs)
             os.kill(os.getpid(), signal.SIGSEGV)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "analyze_file", crashing)  # the workers are forked with it
+    monkeypatch.setattr(project_scan, "analyze_file", crashing)  # the workers are forked with it
     result = analyze_many(_items(tmp_path), jobs, isolated=True)
     assert not result.problems
     crashed = [f for f in result.findings if f.filename == "train_2.py"]

@@ -9,8 +9,9 @@ import pytest
 
 from loopaudit.analysis.cross_module import ModuleSummary, ProjectFacts
 from loopaudit.findings.finding import Finding
-from loopaudit.scan.engine import Outcome, ScanResult, analyze_file, analyze_many
+from loopaudit.scan.engine import analyze_file
 from loopaudit.scan.plain_data import InvalidData, from_plain, to_plain
+from loopaudit.scan.project_scan import Outcome, ScanResult, analyze_many
 
 from .test_project import OPTIONS, PROJECTS, write_project
 

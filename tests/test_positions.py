@@ -11,8 +11,8 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from loopaudit.analysis.walk import iter_subtree
-from loopaudit.scan.engine import _rewrite
 from loopaudit.scan.positions import Positions
+from loopaudit.scan.report_to_finding import _rewrite
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").glob("*.py"))
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from loopaudit.rule_api.registry import all_rules
-from loopaudit.scan.engine import analyze_many
 from loopaudit.scan.options import ScanOptions
+from loopaudit.scan.project_scan import analyze_many
 
 from .conftest import run_cli
 

@@ -45,8 +45,8 @@ from loopaudit.rule_api.docs import rule_markdown
 from loopaudit.rule_api.registry import all_rules, rule_by_code
 from loopaudit.scan.cache import ENVIRONMENT_VARIABLE, FOLDER_NAME, ResultCache, default_folder
 from loopaudit.scan.collector import own_collector
-from loopaudit.scan.engine import ScanResult, analyze_many, analyze_stdin
 from loopaudit.scan.fixing import applicable, fix_file
+from loopaudit.scan.project_scan import ScanResult, analyze_many, analyze_stdin
 
 app = typer.Typer(
     add_completion=False,

@@ -10,7 +10,7 @@ starts. When no enclosing statement's text is unique, the whole module is printe
 provider does. Either way the positions are libcst's: a test compares them with PositionProvider's.
 
 Fixes are turned into text edits the same way: the statement around the rewritten node is printed
-with the rewrite, in place of its text (engine.py).
+with the rewrite, in place of its text (report_to_finding.py).
 """
 
 from __future__ import annotations
