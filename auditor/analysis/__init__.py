@@ -15,7 +15,7 @@ keeps it so.
 """
 
 from loopaudit.analysis.argument_values import CPU_COUNT, UNKNOWN, command_line_default, constant, counts_cpus
-from loopaudit.analysis.module_index import FrameKind, LoopInfo, ModuleIndex, Scope
+from loopaudit.analysis.module_index import FrameKind, LoopInfo, ModuleIndex, Scope, argument_for
 from loopaudit.analysis.names import dotted_name, target_names, terminal_name
 from loopaudit.analysis.patterns import (
     BATCH_FETCH,
@@ -28,7 +28,7 @@ from loopaudit.analysis.patterns import (
     type_test,
     unwrap_iterable,
 )
-from loopaudit.analysis.stepmodel import StepModel, argument_for, drawn_from
+from loopaudit.analysis.stepmodel import StepModel, drawn_from
 from loopaudit.analysis.tensors import Kind, TensorInference
 from loopaudit.analysis.walk import holds, iter_subtree
 

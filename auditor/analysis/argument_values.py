@@ -11,13 +11,32 @@ context.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from loopaudit.analysis.module_index import argument_for, named_param
 from loopaudit.analysis.names import dotted_name, terminal_name
 
-_ARITHMETIC = {
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Protocol
+
+    from loopaudit.analysis.module_index import FunctionInfo, ModuleIndex, Scope
+    from loopaudit.analysis.stepmodel import StepModel
+
+    class _Place(Protocol):
+        """Where an expression is read: `At`, or a rule's context."""
+
+        @property
+        def scope(self) -> Scope: ...
+        @property
+        def index(self) -> ModuleIndex: ...
+        @property
+        def steps(self) -> StepModel: ...
+
+
+_ARITHMETIC: dict[type[cst.BaseBinaryOp], Callable[[int, int], float]] = {
     cst.Multiply: lambda a, b: a * b,
     cst.Divide: lambda a, b: a / b,
     cst.FloorDivide: lambda a, b: a // b,
@@ -27,14 +46,14 @@ _ARITHMETIC = {
 UNKNOWN = object()  # a value that is passed but cannot be read statically (`**kwargs`, `cfg.workers`)
 
 
-def _without_int(expr):
+def _without_int(expr: cst.BaseExpression) -> cst.BaseExpression:
     """`int(opt.workers)` -> `opt.workers`: the cast changes nothing these rules read."""
     if isinstance(expr, cst.Call) and terminal_name(expr.func) == "int" and len(expr.args) == 1:
         return expr.args[0].value
     return expr
 
 
-def constant(expr, at, depth: int = 0):
+def constant(expr: cst.BaseExpression, at: _Place, depth: int = 0) -> object:
     """The value of a literal (`True`, `0`, `4`), or of a name bound only to the same literal; else UNKNOWN."""
     expr = _without_int(expr)
     if isinstance(expr, cst.Name):
@@ -60,7 +79,7 @@ def constant(expr, at, depth: int = 0):
     return UNKNOWN
 
 
-def command_line_default(expr, at, depth: int = 0):
+def command_line_default(expr: cst.BaseExpression, at: _Place, depth: int = 0) -> object:
     """`args.workers` -> 4 when the module declares `parser.add_argument("-j", "--workers", default=4)`
     (once, with a literal default): what the script runs with unless told otherwise. Else UNKNOWN."""
     expr = _without_int(expr)
@@ -99,7 +118,7 @@ def command_line_default(expr, at, depth: int = 0):
 _CONFIGURATION_ROOT = re.compile(r"^(self\.)?(cfg|config|conf|configs|hparams|hp)(\.|$)", re.I)
 
 
-def _keyed_path(expr) -> bool:
+def _keyed_path(expr: cst.BaseExpression) -> bool:
     """`cfg` or `cfg["training"]`: a name, or string keys on one, that a setting is looked up in."""
     while isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
         if not isinstance(expr.slice[0].slice.value, cst.SimpleString):
@@ -108,14 +127,14 @@ def _keyed_path(expr) -> bool:
     return dotted_name(expr) is not None
 
 
-def _config_file_value(name: str, at):
+def _config_file_value(name: str, at: _Place) -> object:
     """The value the repository's YAML configuration files agree on for key `name`, else UNKNOWN."""
     facts = at.steps.facts
     values = dict(facts.config_file_values) if facts is not None else {}
     return values.get(name, UNKNOWN)
 
 
-def _passed_command_line_default(name: str, at, depth: int):
+def _passed_command_line_default(name: str, at: _Place, depth: int) -> object:
     """`def make_loader(path, n_cpu): DataLoader(..., num_workers=n_cpu)` called as
     `make_loader(path, args.n_cpu)` (YOLOv3): the setting every caller passes, here or in another
     module, followed through the callers' own parameters (`n_cpu=8` of the function that calls it)."""
@@ -136,36 +155,36 @@ def _passed_command_line_default(name: str, at, depth: int):
     return values.pop() if len(values) == 1 else UNKNOWN
 
 
-def _default_of(function, name: str) -> cst.BaseExpression | None:
+def _default_of(function: FunctionInfo, name: str) -> cst.BaseExpression | None:
     param = named_param(function.node, name)
     return param.default if param is not None else None
 
 
-def _argparse_defaults(at) -> dict:
+def _argparse_defaults(at: _Place) -> dict[str | bytes, object]:
     """The declared defaults of the command-line options, by destination: this module's own, then
     those the project facts carry from the other modules (the parser in run.py, read in a data
     factory that gets `args` handed down)."""
     # Once per analysis, so kept on the analysis's step model, not on the index, which a later round
     # reuses: a default may be read from what other modules pass (the facts change between rounds).
-    cached = getattr(at.steps, "_la2_argparse_defaults", None)
+    cached: dict[str | bytes, object] | None = getattr(at.steps, "_la2_argparse_defaults", None)
     if cached is not None:
         return cached
     defaults = declared_defaults(at)
     facts = at.steps.facts
     for dest, value in facts.command_line_defaults if facts is not None else ():
         defaults.setdefault(dest, value)
-    at.steps._la2_argparse_defaults = defaults
+    at.steps._la2_argparse_defaults = defaults  # type: ignore[attr-defined]  # a cache kept on the step model
     return defaults
 
 
-def declared_defaults(at) -> dict:
+def declared_defaults(at: _Place) -> dict[str | bytes, object]:
     """This module's declared settings: the defaults of its `add_argument(..., default=...)` options
     by destination, and the keys of its module-level configuration objects (`hparams =
     HParams(num_workers=16)`, `CFG = {"workers": 4}`, yacs' `_C.DATA.NUM_WORKERS = 8`). A key maps to
     UNKNOWN when its value is no literal, or when it is declared twice with different ones."""
-    defaults: dict = {}
+    defaults: dict[str | bytes, object] = {}
 
-    def declare(key: str | bytes, value) -> None:
+    def declare(key: str | bytes, value: object) -> None:
         defaults[key] = UNKNOWN if key in defaults and defaults[key] != value else value
 
     def declare_default(key: str | bytes, default: cst.BaseExpression | None) -> None:
@@ -221,7 +240,7 @@ def _absl_flag(call: cst.Call) -> tuple[str, cst.BaseExpression | None] | None:
 _CONFIGURATION_MAKER = re.compile(r"(?i)param|conf|cfg|dict|namespace|args|option|opts|setting|^hp")
 
 
-def _configuration_keys(at):
+def _configuration_keys(at: _Place) -> Iterator[tuple[str, object]]:
     """(key, value) of the module-level configuration objects: keyword arguments of a call bound to a
     name (`HParams(...)`, `EasyDict(...)`, `dict(...)`), string keys of a dict literal, and
     attribute paths set to a literal (`_C.DATA.PIN_MEMORY = True`)."""
@@ -260,7 +279,7 @@ def _is_settings_module(module: cst.Module) -> bool:
     return assignments >= 3
 
 
-def setting_value(expr: cst.BaseExpression, at, depth: int = 0):
+def setting_value(expr: cst.BaseExpression, at: _Place, depth: int = 0) -> object:
     """The value `expr` has when the script runs with its defaults: a literal, or a command-line
     option's declared default; else UNKNOWN."""
     value = constant(expr, at)
@@ -270,11 +289,11 @@ def setting_value(expr: cst.BaseExpression, at, depth: int = 0):
 class At:
     """A place where an expression is read: its scope, in a module's index and per-step model."""
 
-    def __init__(self, scope, index, steps) -> None:
+    def __init__(self, scope: Scope, index: ModuleIndex, steps: StepModel) -> None:
         self.scope, self.index, self.steps = scope, index, steps
 
 
-def _passed_by_other_modules(name: str, function, at) -> set:
+def _passed_by_other_modules(name: str, function: FunctionInfo, at: _Place) -> set[object]:
     """What the callers in other modules pass for parameter `name` of `function`
     (`get_loaders(num_workers=opt.workers)` in train.py, default 8), as the project facts say."""
     facts = at.steps.facts
@@ -292,7 +311,7 @@ _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "psutil.cp
 CPU_COUNT = "one per CPU"
 
 
-def counts_cpus(expr: cst.BaseExpression, at) -> bool:
+def counts_cpus(expr: cst.BaseExpression, at: _Place) -> bool:
     """`cpu_count()`, `os.cpu_count()`, `min(8, os.cpu_count())`, `mp.cpu_count() - 1`: as many as the
     machine has CPUs (or one fewer, or half), a positive number unknown until it runs."""
     expr = _without_int(expr)

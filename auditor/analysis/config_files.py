@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # `  num_workers: 4  # comment`, `pin_memory: true`, `- shuffle: false`
 _LINE = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w-]*)\s*:\s*(true|false|True|False|\d+)\s*(?:#.*)?$")
@@ -43,7 +47,7 @@ def config_file_values(folder: str) -> dict[str, int | bool]:
     return _agreed(found)
 
 
-def _settings(path: str):
+def _settings(path: str) -> Iterator[tuple[str, int | bool]]:
     try:
         if os.path.getsize(path) > _MAX_BYTES:
             return

@@ -78,7 +78,7 @@ class ProjectFacts:
         import or its device may be in the caller, and the project may wait for its summary."""
         return bool(self.entered) or self.cuda or self.imports_training or self.reached
 
-    def analysis_key(self) -> tuple:
+    def analysis_key(self) -> tuple[object, ...]:
         """What the module's analysis depends on: facts equal in this key give the same findings and
         summary, so the module need not be analysed again. Outside an active module only the facts
         about steps matter (CUDA and values change no finding there, and no summary)."""

@@ -12,12 +12,17 @@ no facts and keeps the single-file behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from loopaudit.analysis.cross_module import CallEdge, ModuleSummary, ProjectFacts
 from loopaudit.analysis.layout import ProjectLayout
 from loopaudit.analysis.module_index import STAR_KWARGS, Signature
+
+if TYPE_CHECKING:
+    # path -> (edge, file, qualname) for each of its calls that enters another scanned module (_resolved_edges)
+    _Resolved = dict[str, list[tuple[CallEdge, str, str]]]
 
 MAX_ROUNDS = 10  # each round settles one more link of a cross-module call chain
 # A function is per-step when a per-step line calls it from at most this many modules away: training
@@ -198,7 +203,7 @@ def derive_facts(
         if any(f.trains or (f.has_step_loop and summary.feeds_models) for f in summary.functions.values())
     }
     # The command-line defaults of the whole project, where every declaration of an option agrees.
-    declared: dict[str, set] = {}
+    declared: dict[str, set[tuple[type[object], object]]] = {}
     for summary in summaries.values():
         for dest, value in summary.command_line_defaults:
             declared.setdefault(dest, set()).add((type(value), value))
@@ -241,7 +246,13 @@ UNSEEN_CALLER = (
 )
 
 
-def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, feeding: set[str], entered) -> set[str]:
+def _enter_unseen_models(
+    layout: ProjectLayout,
+    summaries: dict[str, ModuleSummary],
+    resolved: _Resolved,
+    feeding: set[str],
+    entered: dict[str, dict[str, str]],
+) -> set[str]:
     """In a project that trains on CUDA, the `forward` of an `nn.Module` that no module of the scan is
     seen to call is still run once per step, by whatever builds the model: a registry
     (`models.__dict__[args.arch]`, `build_model(cfg)`), `importlib.import_module(args.model)` or a
@@ -276,7 +287,9 @@ def _enter_unseen_models(layout: ProjectLayout, summaries, resolved, feeding: se
     return found
 
 
-def _is_torch_module(layout: ProjectLayout, path: str, cls: str, summaries, depth: int = 0) -> bool:
+def _is_torch_module(
+    layout: ProjectLayout, path: str, cls: str, summaries: dict[str, ModuleSummary], depth: int = 0
+) -> bool:
     summary = summaries.get(path)
     if summary is None or depth > 4:
         return False
@@ -306,7 +319,9 @@ def _parameter_named(params: tuple[str, ...], key: str) -> str:
     return params[int(key)] if key.isdigit() and int(key) < len(params) else key
 
 
-def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, ModuleSummary]):
+def _resolved_edges(
+    layout: ProjectLayout, path: str, summaries: dict[str, ModuleSummary]
+) -> Iterator[tuple[CallEdge, str, str]]:
     """(edge, file, qualname) for each call of `path` that enters another scanned module."""
     for edge in summaries[path].edges:
         if edge.target.startswith("*."):
@@ -341,7 +356,9 @@ def _resolved_edges(layout: ProjectLayout, path: str, summaries: dict[str, Modul
         yield edge, file, qualname
 
 
-def _overrides_elsewhere(layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]):
+def _overrides_elsewhere(
+    layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]
+) -> Iterator[tuple[CallEdge, str, str]]:
     """`self.train_iter(data)` in class C of `path`: the `train_iter` of each subclass of C (at any
     depth) that another module defines and overrides it in."""
     cls, _, method = edge.target[1:].rpartition(".")
@@ -374,7 +391,9 @@ def _subclasses(layout: ProjectLayout, summaries: dict[str, ModuleSummary]) -> d
     return found
 
 
-def _registry_members(layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]):
+def _registry_members(
+    layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]
+) -> Iterator[tuple[CallEdge, str, str]]:
     """`trainer_dict[cfg.TRAINER](...)` with `trainer_dict` imported from another module: a call of
     each member of that module's dict literal, resolved from there."""
     hit = layout.resolve(path, edge.target[:-2])
@@ -403,7 +422,9 @@ def _registry_members(layout: ProjectLayout, path: str, edge: CallEdge, summarie
 MAX_NAMESAKES = 6
 
 
-def _by_method_name(layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]):
+def _by_method_name(
+    layout: ProjectLayout, path: str, edge: CallEdge, summaries: dict[str, ModuleSummary]
+) -> Iterator[tuple[CallEdge, str, str]]:
     """A call of a method on an object whose class cannot be known (built by `hydra.utils.instantiate`,
     a registry, `getattr(module, name)(...)`): every method of the project's classes with that name
     whose parameters the call's arguments fit, as call graphs resolve such calls (PyCG's fallback).
@@ -442,7 +463,7 @@ def _by_method_name(layout: ProjectLayout, path: str, edge: CallEdge, summaries:
         yield named, file, qualname
 
 
-def _split_cuda_evidence(layout: ProjectLayout, resolved, summaries: dict[str, ModuleSummary]) -> set[str]:
+def _split_cuda_evidence(layout: ProjectLayout, resolved: _Resolved, summaries: dict[str, ModuleSummary]) -> set[str]:
     """Modules whose CUDA evidence is split between them: one module names CUDA (Rainbow's main.py
     sets `args.device = torch.device("cuda")`) and calls into modules that move things to a device
     (agent.py's `.to(device=args.device)`), directly or through other modules. The namer and the
@@ -514,7 +535,7 @@ def _cuda_by_settings(layout: ProjectLayout, summaries: dict[str, ModuleSummary]
 
 
 def _cuda_closure(
-    resolved, summaries: dict[str, ModuleSummary], sources: set[str] | frozenset[str] = frozenset()
+    resolved: _Resolved, summaries: dict[str, ModuleSummary], sources: set[str] | frozenset[str] = frozenset()
 ) -> dict[str, bool]:
     """CUDA flows from a module that targets it into the modules it calls per step, hands a device
     to, calls to run their steps (`train_one_epoch(model, optimizer)`), or takes a DataLoader from
@@ -526,7 +547,7 @@ def _cuda_closure(
     `sources`: modules that count as targeting CUDA besides their own evidence."""
     cuda = {path: summary.cuda or path in sources for path, summary in summaries.items()}
 
-    def drives(edge, file, qualname) -> bool:
+    def drives(edge: CallEdge, file: str, qualname: str) -> bool:
         # a per-step call, or a call handing over what the callee's step loop iterates (a loader)
         if edge.by_name:
             return False

@@ -45,7 +45,7 @@ _CUDA_ONLY_WRAPPERS = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel"
 _DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 
 
-def _pins_cpu(call) -> bool:
+def _pins_cpu(call: cst.Call) -> bool:
     """`Trainer(accelerator="cpu")`, `Fabric(accelerator="cpu")`, `Accelerator(cpu=True)`."""
     for arg in call.args:
         if arg.keyword is None:

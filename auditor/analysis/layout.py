@@ -12,11 +12,14 @@ import functools
 import os
 import re
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from loopaudit.analysis.config_files import read_config_values
 from loopaudit.analysis.lines import source_lines
 from loopaudit.digests import content_digest
+
+if TYPE_CHECKING:
+    from loopaudit.analysis.cross_module import ModuleSummary
 
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b|import[ \t]+([\w.]+))", re.M)
 
@@ -120,7 +123,7 @@ class ProjectLayout:
         # field name -> "@file:Class" of the one class the project stores under that name (derive_facts)
         self.fields: dict[str, str] = {}
         # (the summaries it was read from, "@file:Base" -> ["@file:Sub"]) (_subclasses)
-        self.subclasses: tuple[dict, dict[str, list[str]]] | None = None
+        self.subclasses: tuple[dict[str, ModuleSummary], dict[str, list[str]]] | None = None
         self._loose_folders: set[str] = set()
         self._libraries: dict[str, bool] = {}
         self._packages_on_disk: dict[str, bool] = {}

@@ -36,6 +36,8 @@ from loopaudit.analysis.patterns import (
 from loopaudit.analysis.walk import iter_subtree, walk
 
 if TYPE_CHECKING:
+    from types import EllipsisType
+
     from loopaudit.analysis.options import OptionTest
 
 
@@ -364,14 +366,21 @@ class _Indexer:
         self.function: FunctionInfo | None = None
         self.block = id(index.module)
         # Each entry remembers what on_visit_attribute changed, so on_leave_attribute can undo it.
-        self._undo: list[tuple | None] = []
+        self._undo: list[tuple[Frame, LoopInfo | None, FunctionInfo | None, Scope, int] | None] = []
         self._immediate_lambdas: set[int] = set()
         self._chains: dict[int, list[cst.If]] = {}  # id(elif or else) -> the `if`s before it in its chain
         self._comprehensions: dict[int, cst.BaseComp] = {}  # id(its `for` clause) -> the comprehension
 
     # --- structure -----------------------------------------------------------------------------
 
-    def _push(self, frame: Frame, loop=..., function=..., scope=..., block=...) -> None:
+    def _push(
+        self,
+        frame: Frame,
+        loop: LoopInfo | EllipsisType | None = ...,
+        function: FunctionInfo | EllipsisType | None = ...,
+        scope: Scope | EllipsisType = ...,
+        block: int | EllipsisType = ...,
+    ) -> None:
         self._undo.append((self.frame, self.loop, self.function, self.scope, self.block))
         self.frame = frame
         if block is not ...:

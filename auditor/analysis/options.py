@@ -20,11 +20,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
 from loopaudit.analysis.names import param_default
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    # What constant_flag reads of a scope and its bindings: module_index's Scope and Binding, which
+    # this module does not import (module_index imports it).
+    class _Binding(Protocol):
+        @property
+        def kind(self) -> str: ...
+        @property
+        def value(self) -> cst.BaseExpression: ...
+
+    class _Scope(Protocol):
+        @property
+        def params(self) -> set[str]: ...
+        def lookup(self, name: str) -> tuple[Sequence[_Binding], _Scope] | None: ...
+
 
 # A value passed that cannot be read statically (`skip_type=cfg.skip`): every arm may be taken.
 UNREAD = object()
@@ -36,7 +54,7 @@ class OptionTest:
     takes: Callable[[object], bool]  # does this value of the parameter take the branch?
 
 
-def literal(expr: cst.BaseExpression | None):
+def literal(expr: cst.BaseExpression | None) -> object:
     """The value of a literal (`'logSNR'`, `3`, `True`, `None`, `-1`), else UNREAD."""
     if isinstance(expr, cst.SimpleString):
         return expr.evaluated_value
@@ -48,11 +66,12 @@ def literal(expr: cst.BaseExpression | None):
         return {"True": True, "False": False, "None": None}[expr.value]
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         value = literal(expr.expression)
-        return -value if type(value) in (int, float) else UNREAD
+        # (the cast: mypy does not narrow by `type(value) in (...)`)
+        return -cast("int | float", value) if type(value) in (int, float) else UNREAD
     return UNREAD
 
 
-def default_of(function: cst.FunctionDef | None, name: str):
+def default_of(function: cst.FunctionDef | None, name: str) -> object:
     """The literal default of `function`'s parameter `name` (UNREAD: none, or not a literal)."""
     default = param_default(function, name)
     return literal(default) if default is not None else UNREAD
@@ -126,7 +145,7 @@ def _setting(expr: cst.BaseExpression, params: set[str]) -> str | None:
     return None
 
 
-def constant_flag(test: cst.BaseExpression, scope) -> str | None:
+def constant_flag(test: cst.BaseExpression, scope: _Scope) -> str | None:
     """The name an `if name:` / `if not name:` tests, when every binding of it seen so far is a literal
     (`classify = False`): a flag the code sets itself. (Not a parameter: option_test reads those.)"""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):

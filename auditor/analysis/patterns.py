@@ -7,11 +7,32 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from loopaudit.analysis.names import ImportTable, dotted_name, param_default, stored_name, terminal_name
 from loopaudit.analysis.walk import iter_subtree
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Protocol
+
+    # What next_of reads of a scope: module_index's Scope, Binding and ClassInfo, which this module
+    # does not import (module_index imports it).
+    class _Binding(Protocol):
+        @property
+        def value(self) -> cst.BaseExpression: ...
+
+    class _Class(Protocol):
+        @property
+        def attributes(self) -> Mapping[str, Sequence[_Binding]]: ...
+
+    class _Scope(Protocol):
+        @property
+        def owner_class(self) -> _Class | None: ...
+        def lookup(self, name: str) -> tuple[Sequence[_Binding], object] | None: ...
+
 
 # `optimizer.step()`, `opt_g.step()`, `self.optim.step()`, `scaler.step(optimizer)`; not a scheduler.
 _OPTIMIZER_NAME = re.compile(r"(?i)(optim|^opt(_|$)|_opt$|^opt\d|scaler)")
@@ -89,7 +110,7 @@ PERIODIC_NAME = re.compile(
 _TIME_FUNCTIONS = {"time", "perf_counter", "monotonic", "process_time"}
 
 
-def next_of(call: cst.BaseExpression, scope=None) -> cst.BaseExpression | None:
+def next_of(call: cst.BaseExpression, scope: _Scope | None = None) -> cst.BaseExpression | None:
     """The iterator a call advances: `it` in `next(it)`, `next(it, None)`, and, given the call's scope,
     `it.next()` (the Python 2 spelling FixMatch keeps) or `it.__next__()` where `it = iter(...)`; not
     a `next()` method of some object (YOLOX's `self.prefetcher.next()`, which hands back device
@@ -276,7 +297,11 @@ _OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "mps", "hpu", "mlu", "tpu", "xl
 _OTHER_DEVICE_FLAG = re.compile(r"(?i)^(is|use|on|using)_(cpu|npu|xpu|mps|hpu|mlu|tpu|xla|musa)$")
 
 
-def fills_a_cache(node: cst.If, setters, params: set[str] | frozenset[str] = frozenset()) -> bool:
+def fills_a_cache(
+    node: cst.If,
+    setters: Callable[[], dict[str, frozenset[str]]],
+    params: set[str] | frozenset[str] = frozenset(),
+) -> bool:
     """`if pixel_coords is None or pixel_coords.size(2) < h: set_id_grid(depth)` (SfmLearner), `if
     self.grid is None: self.grid = make_grid(...)`: a branch that fills a cached value the test finds
     missing. It runs once (or when the shape changes), not once per step. The body must assign the

@@ -20,7 +20,7 @@ from __future__ import annotations
 import builtins
 import re
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
@@ -56,6 +56,11 @@ from loopaudit.analysis.patterns import (
     unwrap_iterable,
 )
 from loopaudit.analysis.walk import iter_subtree
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from loopaudit.analysis.names import ImportTable
 
 # Method names too generic to resolve by name alone (torch and Python objects have them too).
 _COMMON_METHODS = frozenset(
@@ -183,7 +188,7 @@ def _listed(iterable: cst.BaseExpression) -> list[cst.BaseExpression]:
     return []
 
 
-def _is_partial(factory: cst.Call | None, imports) -> bool:
+def _is_partial(factory: cst.Call | None, imports: ImportTable) -> bool:
     """`functools.partial(f, ...)`: the call a called name was bound to, when it binds a function."""
     return factory is not None and bool(factory.args) and imports.qualify(factory.func) == "functools.partial"
 
@@ -877,7 +882,7 @@ class StepModel:
         # is the one whose code can run per step; the library's only where nothing else is bound.
         return fallback
 
-    def _class_of_element(self, binding, depth: int) -> str | None:
+    def _class_of_element(self, binding: Binding, depth: int) -> str | None:
         """`model, criterion = set_model(opt)` where this module's `set_model` returns
         `model, criterion` after `criterion = SupConLoss(...)`: that element's class."""
         value = binding.value
@@ -1056,7 +1061,9 @@ class StepModel:
             return self.index.classes.get(known[len("<local>.") :])
         return None
 
-    def _methods(self, cls: ClassInfo, names: tuple[str, ...], seen: frozenset = frozenset()) -> list[FunctionInfo]:
+    def _methods(
+        self, cls: ClassInfo, names: tuple[str, ...], seen: frozenset[int] = frozenset()
+    ) -> list[FunctionInfo]:
         if id(cls) in seen:
             return []
         for name in names:
@@ -1259,7 +1266,7 @@ class StepModel:
                 return True
         return False
 
-    def does_step_work(self, calls: list[CallSite], seen: frozenset = frozenset()) -> bool:
+    def does_step_work(self, calls: list[CallSite], seen: frozenset[int] = frozenset()) -> bool:
         for site in calls:
             if is_training_call(site.call, self.index.imports):
                 return True
@@ -1282,7 +1289,7 @@ class StepModel:
                 return True  # a callback that callers in other modules pass: one that runs a model
         return self._known_elsewhere("step_work", calls)
 
-    def function_does_step_work(self, function: FunctionInfo, seen: frozenset = frozenset()) -> bool:
+    def function_does_step_work(self, function: FunctionInfo, seen: frozenset[int] = frozenset()) -> bool:
         key = id(function)
         if key not in self._step_work:
             self._step_work[key] = False
@@ -1399,7 +1406,9 @@ class StepModel:
         function whose step loop iterates it (again: that function iterates it once per epoch)."""
         return self._remote_uses_of(lambda argument, where: self.refers_to(argument, name, scope, where))
 
-    def _remote_uses_of(self, is_ours) -> list[tuple[CallSite, bool, bool]]:
+    def _remote_uses_of(
+        self, is_ours: Callable[[cst.BaseExpression, Scope], bool]
+    ) -> list[tuple[CallSite, bool, bool]]:
         if self.facts is None or not self.facts.iterates:
             return []
         wanted: dict[str, list[tuple[str, int, bool, bool]]] = {}
@@ -1456,7 +1465,9 @@ class StepModel:
 
         return self.returned_uses_of(function, is_ours) if function is not None else []
 
-    def returned_uses_of(self, function: FunctionInfo, is_ours) -> list[tuple[bool, bool]]:
+    def returned_uses_of(
+        self, function: FunctionInfo, is_ours: Callable[[cst.BaseExpression], bool]
+    ) -> list[tuple[bool, bool]]:
         """(trains, again and again) of the step loops elsewhere that iterate what `function` returns,
         where what it returns (whole, or an element of a returned tuple) is ours."""
         if self.facts is None or not self.facts.returned_uses:
@@ -1810,7 +1821,7 @@ class StepModel:
         """Does code at `frame` run again and again: in a loop, or in a function called from one?"""
         return self._inside_loop(frame, frozenset())
 
-    def _inside_loop(self, frame: Frame | None, seen: frozenset) -> bool:
+    def _inside_loop(self, frame: Frame | None, seen: frozenset[int]) -> bool:
         while frame is not None:
             if frame.kind is FrameKind.LOOP:
                 return True
@@ -1824,7 +1835,7 @@ class StepModel:
 
     # --- gradients ------------------------------------------------------------------------------
 
-    def under_no_grad(self, frame: Frame, seen: frozenset = frozenset()) -> bool:
+    def under_no_grad(self, frame: Frame, seen: frozenset[int] = frozenset()) -> bool:
         """Does code in `frame` run with autograd off: inside `with torch.no_grad():` /
         `torch.inference_mode()` / `torch.set_grad_enabled(False)`, in a function decorated with one,
         or in a function all of whose call sites are, in this module and in the others that call it?"""
@@ -1908,7 +1919,7 @@ class StepModel:
             return f"{framework}.{function.name}"
         return None
 
-    def framework_of(self, cls: ClassInfo, seen: frozenset = frozenset()) -> str | None:
+    def framework_of(self, cls: ClassInfo, seen: frozenset[int] = frozenset()) -> str | None:
         """The key of FRAMEWORK_HOOKS for the framework class this class derives from, else None."""
         if id(cls) in seen:
             return None
@@ -1933,7 +1944,7 @@ class StepModel:
                     return found
         return None
 
-    def is_torch_module(self, cls: ClassInfo, seen: frozenset = frozenset()) -> bool:
+    def is_torch_module(self, cls: ClassInfo, seen: frozenset[int] = frozenset()) -> bool:
         """Does the class derive from `torch.nn.Module` (directly or through this module's classes)?"""
         if id(cls) in seen:
             return False
@@ -2033,7 +2044,7 @@ class StepModel:
             values = self.parameter_values(function, test.param)
         return any(value is UNREAD or test.takes(value) for value in values)
 
-    def setting_values(self, cls: ClassInfo | None, attribute: str) -> set:
+    def setting_values(self, cls: ClassInfo | None, attribute: str) -> set[object]:
         """The values an object's setting can have: what `__init__` stores in `self.<attribute>`, a
         literal or what the constructions pass for the parameter it stores. UNREAD when another
         method sets it too, or when a class of this module derives from it (its `super().__init__`
@@ -2046,7 +2057,7 @@ class StepModel:
             other is not cls and self._inherits(other, cast(ClassInfo, cls)) for other in self.index.classes.values()
         ):
             return {UNREAD}
-        values: set = set()
+        values: set[object] = set()
         for binding in bindings:
             value = literal(binding.value) if binding.kind == "value" else UNREAD
             stored = binding.value if binding.kind == "value" and isinstance(binding.value, cst.Name) else None
@@ -2061,7 +2072,7 @@ class StepModel:
                 values.add(value)
         return values
 
-    def parameter_values(self, function: FunctionInfo, name: str, depth: int = 0) -> set:
+    def parameter_values(self, function: FunctionInfo, name: str, depth: int = 0) -> set[object]:
         """The values the callers of `function` pass for its parameter `name`, here and in other
         modules (UNREAD for one that cannot be read), followed through a caller's own parameter
         (`get_time_steps(skip_type=skip_type)` in `sample(..., skip_type='logSNR')`). With no caller
@@ -2078,7 +2089,7 @@ class StepModel:
             sites = [*sites, *self._constructions(function.class_info)]  # `NoiseScheduleVP(schedule='linear')`
         if not sites and not elsewhere:
             return {default}
-        values: set = set()
+        values: set[object] = set()
         for site in sites[:16]:
             argument = argument_for(function, name, site.call)
             if argument is None:
@@ -2319,7 +2330,7 @@ def _unmoved(value: cst.BaseExpression) -> cst.BaseExpression:
 _ALTERNATE_CONSTRUCTORS = frozenset({"from_pretrained", "from_config", "load_from_checkpoint"})
 
 
-def _option_tests(function: FunctionInfo):
+def _option_tests(function: FunctionInfo) -> Iterator[OptionTest]:
     """The option tests (options.py) of the `if`s in a function's body."""
     for node in iter_subtree(function.node.body):
         if isinstance(node, cst.If) and (test := option_test(node.test, function.node)) is not None:

@@ -16,10 +16,17 @@ from loopaudit.analysis.stepmodel import StepModel
 from loopaudit.analysis.tensors import TensorInference
 
 if TYPE_CHECKING:
-    from loopaudit.analysis.module_index import FunctionInfo
+    from collections.abc import Callable
+
+    from loopaudit.analysis.module_index import CallSite, Frame, FunctionInfo, Scope
+    from loopaudit.analysis.stepmodel import StepReason
+
+    _Describe = Callable[[StepReason, cst.Call], str]
 
 
-def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe) -> ModuleSummary:
+def summarize(
+    index: ModuleIndex, steps: StepModel, tensors: TensorInference, cuda: bool, describe: _Describe
+) -> ModuleSummary:
     """The summary of one analysed module. `describe(reason, call)` renders why `call` runs per step."""
     facts = steps.facts
     assert facts is not None
@@ -155,7 +162,8 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
         registries=registries,
         command_line_defaults=tuple(
             sorted(
-                (dest, value)
+                # (ignore: a `dest=b"x"` option's key is bytes, which the str-keyed field does not admit)
+                (dest, value)  # type: ignore[misc]
                 for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
                 if type(value) in (int, bool)
                 or value == CPU_COUNT
@@ -165,7 +173,7 @@ def summarize(index: ModuleIndex, steps: StepModel, tensors: TensorInference, cu
     )
 
 
-def _outermost_class(frame) -> str:
+def _outermost_class(frame: Frame | None) -> str:
     """The top-level class a call is made in ("" outside any class): whether a model makes it (a
     block built or called by another model is reached through that model: _enter_unseen_models)."""
     found = ""
@@ -197,7 +205,7 @@ def _field_classes(index: ModuleIndex, steps: StepModel) -> dict[str, str]:
     return {name: classes.pop() for name, classes in found.items() if len(classes) == 1}
 
 
-def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
+def _result_uses(steps: StepModel, site: CallSite) -> tuple[tuple[int, bool, bool], ...]:
     """How step loops use what a call returns: `train_loader, val_loader, n = get_loaders(...)` then
     `for x, y in train_loader:` (here, or in another module the loader is handed to)."""
     uses = set()
@@ -218,7 +226,7 @@ def _result_uses(steps: StepModel, site) -> tuple[tuple[int, bool, bool], ...]:
     return tuple(sorted(uses))
 
 
-def _returned_on(steps: StepModel, scope, name: str) -> list[tuple[bool, bool]]:
+def _returned_on(steps: StepModel, scope: Scope, name: str) -> list[tuple[bool, bool]]:
     """(trains, again) of the step loops elsewhere that iterate what the function of `scope` returns,
     where it returns `name` (whole, or as an element of a returned tuple)."""
     function = steps.function_info(scope.function) if scope.function is not None else None
@@ -227,7 +235,7 @@ def _returned_on(steps: StepModel, scope, name: str) -> list[tuple[bool, bool]]:
     return steps.returned_uses_of(function, lambda expr: isinstance(expr, cst.Name) and expr.value == name)
 
 
-def _function_facts(steps: StepModel, function, describe) -> FunctionFacts:
+def _function_facts(steps: StepModel, function: FunctionInfo, describe: _Describe) -> FunctionFacts:
     called: dict[str, str] = {}
     grad_off: dict[str, bool] = {}
     for site in function.all_calls:
@@ -252,7 +260,7 @@ def _function_facts(steps: StepModel, function, describe) -> FunctionFacts:
     )
 
 
-def _is_abstract(function) -> bool:
+def _is_abstract(function: FunctionInfo) -> bool:
     """A method whose body does nothing but stand in for a subclass's (CycleGAN's BaseModel.set_input)."""
     if function.class_info is None:
         return False
@@ -284,7 +292,7 @@ def _raised_name(exc: cst.BaseExpression) -> str:
     return dotted_name(exc.func if isinstance(exc, cst.Call) else exc) or ""
 
 
-def _loader_settings(steps: StepModel, function) -> tuple[str, ...]:
+def _loader_settings(steps: StepModel, function: FunctionInfo) -> tuple[str, ...]:
     """The parameters `function` hands straight to a DataLoader: `DataLoader(ds, num_workers=workers)`."""
     params = function.scope.params
     found: set[str] = set()

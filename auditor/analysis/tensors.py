@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import re
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
@@ -26,13 +26,19 @@ from loopaudit.analysis.module_index import (
     LoopInfo,
     ModuleIndex,
     Scope,
+    argument_for,
     loop_within,
     named_param,
 )
 from loopaudit.analysis.names import dotted_name, param_default, terminal_name
 from loopaudit.analysis.patterns import BATCH_FETCH, calls_a_model, next_of, unwrap_iterable
-from loopaudit.analysis.stepmodel import StepModel, argument_for, indexed_walk, looks_like_class
+from loopaudit.analysis.stepmodel import StepModel, indexed_walk, looks_like_class
 from loopaudit.analysis.walk import Containment
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from loopaudit.analysis.module_index import FunctionInfo
 
 
 class Kind(enum.Enum):
@@ -452,7 +458,7 @@ class TensorInference:
             return self.kind_at(expr, scope, frame)
 
     @contextlib.contextmanager
-    def _names_not_guessed(self):
+    def _names_not_guessed(self) -> Iterator[None]:
         """Within it, a name of unknown kind stays unknown however tensor-like it sounds."""
         saved, self._guess_from_names = self._guess_from_names, False
         try:
@@ -466,7 +472,9 @@ class TensorInference:
         # branch, and `gt_boxes[:, :, 4].contiguous().view(-1)` is one value, not five.
         if depth > 14:
             return Kind.UNKNOWN
-        method = getattr(self, f"_kind_{type(expr).__name__}", None)
+        method: Callable[[cst.BaseExpression, Scope, int], Kind] | None = getattr(
+            self, f"_kind_{type(expr).__name__}", None
+        )
         if method is None:
             return Kind.UNKNOWN
         return method(expr, scope, depth + 1)
@@ -481,7 +489,7 @@ class TensorInference:
 
     # --- literals ------------------------------------------------------------------------------
 
-    def _literal(self, expr, scope, depth) -> Kind:
+    def _literal(self, expr: cst.BaseExpression, scope: Scope, depth: int) -> Kind:
         return Kind.NOT_TENSOR
 
     _kind_Integer = _kind_Float = _kind_Imaginary = _kind_SimpleString = _literal
@@ -643,7 +651,7 @@ class TensorInference:
                 return Kind.TENSOR
         return Kind.UNKNOWN
 
-    def _argument_kind(self, name: str, function, depth: int = 0) -> Kind:
+    def _argument_kind(self, name: str, function: FunctionInfo, depth: int = 0) -> Kind:
         """What the call sites pass for parameter `name`: `log_step(loss)` makes `loss` a tensor. The
         module's own call sites, and those of other modules of the project (project.py)."""
         depth += _PARAMETER_HOP
@@ -653,7 +661,7 @@ class TensorInference:
         ]
         return _merge(kinds + self._passed_elsewhere(name, function))
 
-    def _rest_kind(self, function, depth: int = 0) -> Kind:
+    def _rest_kind(self, function: FunctionInfo, depth: int = 0) -> Kind:
         """What the callers pass into `*inputs`, here and in other modules: the positional arguments
         past the named ones (`model.set_input(images, labels)` into `def set_input(self, *inputs)`:
         a loop over `inputs` walks the batch's tensors)."""
@@ -680,7 +688,7 @@ class TensorInference:
             )
         return _merge(kinds)
 
-    def _keywords_kind(self, function, depth: int = 0) -> Kind:
+    def _keywords_kind(self, function: FunctionInfo, depth: int = 0) -> Kind:
         """What the callers pass into `**kwargs`, here and in other modules: a device tensor when any
         keyword passes one (`meters.update(loss=loss, lr=lr)`: a loop over the values reads each in
         turn, so one device tensor is enough to wait for)."""
@@ -695,7 +703,7 @@ class TensorInference:
             ]
         return _merge(kinds + self._passed_elsewhere(STAR_KWARGS, function))
 
-    def _passed_elsewhere(self, name: str, function) -> list[Kind]:
+    def _passed_elsewhere(self, name: str, function: FunctionInfo) -> list[Kind]:
         """What the call sites in other modules pass for parameter `name` (project.py)."""
         facts = self.steps.facts
         if facts is None or not facts.argument_kinds:
@@ -706,7 +714,7 @@ class TensorInference:
             if param == name and qualname == function.qualname
         ]
 
-    def arguments_for(self, name: str, function) -> list[tuple[cst.BaseExpression | None, Scope]]:
+    def arguments_for(self, name: str, function: FunctionInfo) -> list[tuple[cst.BaseExpression | None, Scope]]:
         """The expression each of the module's call sites of `function` passes for parameter `name`
         (None where it cannot be told, e.g. behind `*args`), at most 8 sites."""
         return [
@@ -1177,7 +1185,7 @@ class TensorInference:
                 return tuple(Kind(kind) for kind in kinds)
         return None
 
-    def _host_in_host_out(self, call: cst.Call, functions, scope: Scope, depth: int) -> bool:
+    def _host_in_host_out(self, call: cst.Call, functions: list[FunctionInfo], scope: Scope, depth: int) -> bool:
         """Does this call hand the function host tensors only (one at least), and does the function
         compute with torch alone, never putting anything on the device (no move, no `device=`, no
         model, no call into other code)?"""
@@ -1188,7 +1196,7 @@ class TensorInference:
         kinds = [self.kind(arg.value, scope, depth) for arg in call.args]
         return Kind.HOST_TENSOR in kinds and Kind.TENSOR not in kinds
 
-    def _computes_in_place(self, function) -> bool:
+    def _computes_in_place(self, function: FunctionInfo) -> bool:
         key = id(function)
         if key not in self._in_place:
             self._in_place[key] = all(
@@ -1218,7 +1226,7 @@ class TensorInference:
             )
         return False
 
-    def _local_returns(self, functions, depth: int) -> tuple[Kind, ...] | None:
+    def _local_returns(self, functions: list[FunctionInfo], depth: int) -> tuple[Kind, ...] | None:
         results = []
         for function in functions:
             key = (id(function), "<return>")
@@ -1233,14 +1241,14 @@ class TensorInference:
             return (_merge([r[0] for r in results]),)
         return tuple(_merge(list(kinds)) for kinds in zip(*results))
 
-    def function_returns(self, function, depth: int = 0) -> tuple[Kind, ...]:
+    def function_returns(self, function: FunctionInfo, depth: int = 0) -> tuple[Kind, ...]:
         """(whole, element 0, element 1, ...) for what `function` returns (see `returned_kinds`)."""
         cached = self._returns.get(id(function))
         if cached is None:
             cached = self._returns[id(function)] = self._function_returns(function, depth)
         return cached
 
-    def _function_returns(self, function, depth: int) -> tuple[Kind, ...]:
+    def _function_returns(self, function: FunctionInfo, depth: int) -> tuple[Kind, ...]:
         if function.is_generator:
             return (Kind.UNKNOWN,)  # a generator returns its iterator
         returns = function.node.returns
@@ -1249,14 +1257,14 @@ class TensorInference:
         with self._names_not_guessed():
             return self._returned_by(function, depth)
 
-    def _returned_by(self, function, depth: int) -> tuple[Kind, ...]:
+    def _returned_by(self, function: FunctionInfo, depth: int) -> tuple[Kind, ...]:
         values = function.returns
         whole = _merge([self.kind(value, function.scope, depth) for value in values])
         sizes = {len(value.elements) if isinstance(value, cst.Tuple) else -1 for value in values}
         if len(sizes) != 1 or -1 in sizes:
             return (whole,)
         elements = [
-            _merge([self.kind(value.elements[i].value, function.scope, depth) for value in values])
+            _merge([self.kind(cast(cst.Tuple, value).elements[i].value, function.scope, depth) for value in values])
             for i in range(sizes.pop())
         ]
         return (_merge(elements), *elements)
@@ -1447,7 +1455,7 @@ def _fetches_by_name(call: cst.Call) -> bool:
     return receiver is None or not _NOT_BATCHES.search(terminal_name(receiver) or "")
 
 
-def _typed_as_local(call: cst.Call, function) -> bool:
+def _typed_as_local(call: cst.Call, function: FunctionInfo) -> bool:
     """`(absx <= 1).type_as(absx)`: a conversion to the type, and device, of one of the function's own
     values (a parameter or a name it binds), which are where its arguments are."""
     func = call.func

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
+
+if TYPE_CHECKING:
+    from typing import Any
 
 _PUNCTUATION_FIELDS = frozenset(
     {
@@ -117,7 +121,7 @@ def walk(
     fields_with_events: frozenset[type],
 ) -> None:
     """Visit every node; for nodes of the given types, also signal entering and leaving each field."""
-    stack: list = [root]
+    stack: list[Any] = [root]  # nodes, and for a field's events its name, its node and a marker
     while stack:
         item = stack.pop()
         if item is _ENTER:
@@ -131,7 +135,7 @@ def walk(
         on_visit(item)
         node_type = type(item)
         events = node_type in fields_with_events
-        pending: list = []
+        pending: list[tuple[object, cst.CSTNode, str] | tuple[cst.CSTNode]] = []
         for name in child_fields(node_type):
             value = getattr(item, name)
             value_type = type(value)
