@@ -889,6 +889,39 @@ def test_the_finding_says_how_the_callee_is_reached(tmp_path):
     assert finding.context == "step loop `for x, y in train_loader` (train.py:5) → `train_step()` (train.py:7)"
 
 
+def test_bytes_literals_and_a_bytes_dest_cost_no_file_its_analysis(tmp_path):
+    """`f(loss, b"\\n")` and `add_argument(..., dest=b"dev")` once made the summary fail (bytes cannot
+    be JSON, and bytes and str keys do not sort together): both files were internal errors."""
+    write_project(
+        tmp_path,
+        {
+            "train.py": """
+                import argparse
+                import torch
+                from helpers import report
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--dev", dest=b"dev", default="cuda")
+                parser.add_argument("--workers", default=4)
+                args = parser.parse_args()
+                model = torch.nn.Linear(4, 2).cuda()
+                for x in loader:
+                    loss = model(x.cuda(non_blocking=True)).sum()
+                    loss.backward()
+                    report(loss, b"\\n")
+            """,
+            "helpers.py": """
+                def report(loss, separator):
+                    print(loss.item())  # expect: LA101
+            """,
+        },
+    )
+    items = [(str(p), p.relative_to(tmp_path).as_posix(), True, OPTIONS) for p in sorted(tmp_path.rglob("*.py"))]
+    result = analyze_many(items, 1)
+    assert result.problems == []
+    assert found(result.findings) == expected(tmp_path)
+
+
 def test_results_do_not_depend_on_the_number_of_workers(tmp_path):
     # 16 files or more are analysed in worker processes.
     files = dict(PROJECTS["two projects in one scan: each utils.py is the one beside its caller"])

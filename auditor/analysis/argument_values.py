@@ -160,31 +160,33 @@ def _default_of(function: FunctionInfo, name: str) -> cst.BaseExpression | None:
     return param.default if param is not None else None
 
 
-def _argparse_defaults(at: _Place) -> dict[str | bytes, object]:
+def _argparse_defaults(at: _Place) -> dict[str, object]:
     """The declared defaults of the command-line options, by destination: this module's own, then
     those the project facts carry from the other modules (the parser in run.py, read in a data
     factory that gets `args` handed down)."""
     # Once per analysis, so kept on the analysis's step model, not on the index, which a later round
     # reuses: a default may be read from what other modules pass (the facts change between rounds).
-    cached: dict[str | bytes, object] | None = getattr(at.steps, "_la2_argparse_defaults", None)
+    cached = at.steps.argparse_defaults
     if cached is not None:
         return cached
     defaults = declared_defaults(at)
     facts = at.steps.facts
     for dest, value in facts.command_line_defaults if facts is not None else ():
         defaults.setdefault(dest, value)
-    at.steps._la2_argparse_defaults = defaults  # type: ignore[attr-defined]  # a cache kept on the step model
+    at.steps.argparse_defaults = defaults
     return defaults
 
 
-def declared_defaults(at: _Place) -> dict[str | bytes, object]:
+def declared_defaults(at: _Place) -> dict[str, object]:
     """This module's declared settings: the defaults of its `add_argument(..., default=...)` options
     by destination, and the keys of its module-level configuration objects (`hparams =
     HParams(num_workers=16)`, `CFG = {"workers": 4}`, yacs' `_C.DATA.NUM_WORKERS = 8`). A key maps to
     UNKNOWN when its value is no literal, or when it is declared twice with different ones."""
-    defaults: dict[str | bytes, object] = {}
+    defaults: dict[str, object] = {}
 
     def declare(key: str | bytes, value: object) -> None:
+        if not isinstance(key, str):
+            return  # `dest=b"x"`, `CFG[b"k"]`: no setting a script reads (argparse refuses a bytes dest)
         defaults[key] = UNKNOWN if key in defaults and defaults[key] != value else value
 
     def declare_default(key: str | bytes, default: cst.BaseExpression | None) -> None:

@@ -57,7 +57,9 @@ class OptionTest:
 def literal(expr: cst.BaseExpression | None) -> object:
     """The value of a literal (`'logSNR'`, `3`, `True`, `None`, `-1`), else UNREAD."""
     if isinstance(expr, cst.SimpleString):
-        return expr.evaluated_value
+        text = expr.evaluated_value
+        # A bytes literal (`f(b"\n")`) selects no option, and a summary cannot carry it as JSON.
+        return text if isinstance(text, str) else UNREAD
     if isinstance(expr, cst.Integer):
         return int(expr.evaluated_value)
     if isinstance(expr, cst.Float):

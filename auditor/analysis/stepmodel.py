@@ -328,6 +328,9 @@ class StepModel:
         self._device_placed: set[int] | None = None  # device_placed_loops, once asked
         self._drawn: dict[int, set[str]] = {}  # drawn_in, per loop
         self._handed: dict[int, list[FunctionInfo]] = {}  # _handed_functions, per call
+        # The command-line defaults this module and the project declare (argument_values.py keeps
+        # them here: once per analysis, as the project's facts change between rounds).
+        self.argparse_defaults: dict[str, object] | None = None
         self._grad_statement: bool | None = None  # _grad_off_by_statement, once asked
         self._entered: dict[int, str] = self._entered_from_elsewhere()
         # qualname -> whether every call of it from other modules runs with autograd off

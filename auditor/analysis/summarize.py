@@ -162,8 +162,7 @@ def summarize(
         registries=registries,
         command_line_defaults=tuple(
             sorted(
-                # (ignore: a `dest=b"x"` option's key is bytes, which the str-keyed field does not admit)
-                (dest, value)  # type: ignore[misc]
+                (dest, value)
                 for dest, value in declared_defaults(At(index.module_scope, index, steps)).items()
                 if type(value) in (int, bool)
                 or value == CPU_COUNT

@@ -227,7 +227,7 @@ def scan(
     else:
         FORMATS[chosen_format.value](findings, sys.stdout, use_color)
         if chosen_format in (OutputFormat.full, OutputFormat.concise):
-            _print_summary(findings, len(files), hidden)
+            _print_summary(findings, len(files), hidden, len(problems))
             _print_fix_summary(findings, fixes if fix else None, unsafe_fixes)
     raise typer.Exit(failed or (EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN))
 
@@ -364,16 +364,18 @@ def show_config(
         typer.echo(f"  {key:<{width}}  {shown}    ({source})")
 
 
-def _print_summary(findings, scanned: int, hidden: list[str]) -> None:
+def _print_summary(findings, scanned: int, hidden: list[str], failed: int = 0) -> None:
     files = len({f.filename for f in findings})
-    not_shown = f"; not shown: {', '.join(hidden)}" if hidden else ""
-    if findings:
+    notes = f"; not shown: {', '.join(hidden)}" if hidden else ""
+    if failed:  # internal errors were printed above: "all checks passed" would be untrue
+        notes += f"; {failed} internal error{'s' if failed != 1 else ''}"
+    if findings or failed:
         noun = "finding" if len(findings) == 1 else "findings"
         typer.echo(
-            f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned{not_shown})."
+            f"Found {len(findings)} {noun} in {files} file{'s' if files != 1 else ''} ({scanned} scanned{notes})."
         )
     else:
-        typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned{not_shown}).")
+        typer.echo(f"All checks passed ({scanned} file{'s' if scanned != 1 else ''} scanned{notes}).")
 
 
 def _fix_files(results, files, settings, unsafe: bool, write: bool):
