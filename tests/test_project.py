@@ -43,11 +43,15 @@ def expected(root: Path) -> set[tuple[str, int, str]]:
     return marks
 
 
-def scan(root: Path, jobs: int = 1, named: bool = True):
+def scan_result(root: Path, jobs: int = 1, named: bool = True):
     """`named`: the files are named one by one (always parsed); else found by walking the folder, where
     the prefilter may skip a file until the project analysis needs it."""
     items = [(str(p), p.relative_to(root).as_posix(), named, OPTIONS) for p in sorted(root.rglob("*.py"))]
-    return analyze_many(items, jobs).findings
+    return analyze_many(items, jobs)
+
+
+def scan(root: Path, jobs: int = 1, named: bool = True):
+    return scan_result(root, jobs, named).findings
 
 
 def found(findings) -> set[tuple[str, int, str]]:
@@ -916,8 +920,7 @@ def test_bytes_literals_and_a_bytes_dest_cost_no_file_its_analysis(tmp_path):
             """,
         },
     )
-    items = [(str(p), p.relative_to(tmp_path).as_posix(), True, OPTIONS) for p in sorted(tmp_path.rglob("*.py"))]
-    result = analyze_many(items, 1)
+    result = scan_result(tmp_path)
     assert result.problems == []
     assert found(result.findings) == expected(tmp_path)
 

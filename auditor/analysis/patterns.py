@@ -70,6 +70,13 @@ def calls_a_model(name: str) -> bool:
 
 
 # Methods that run a model other than through its forward: `model.predict(...)`, `model.encode(img)`.
+# torch functions that make a new tensor from sizes or a range: on the host unless given `device=`.
+TORCH_FACTORIES = frozenset(
+    {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "rand", "randn", "randint", "randperm", "eye"}
+)
+# torch functions that make a tensor from the data they are given.
+TORCH_CONVERSIONS = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
+
 _INFERENCE_METHODS = frozenset({"predict", "inference", "infer", "encode", "decode", "generate", "reconstruct"})
 # Receivers whose `encode`/`decode` turn text or labels into ids and back: a tokenizer, a CTC decoder.
 _CODER = re.compile(r"(?i)((^|_)(en|de)coder$|^(enc|dec)$|token)")

@@ -281,6 +281,22 @@ FRAMEWORK_HOOKS = {
 _LIGHTNING_ROOTS = frozenset({"pytorch_lightning", "lightning", "pl", "L", "lightning_pytorch"})
 
 
+# Values written out in the code (a literal, a display, a comprehension): no project class's instance.
+_LITERAL_VALUES = (
+    cst.BaseString,
+    cst.Integer,
+    cst.Float,
+    cst.List,
+    cst.Dict,
+    cst.Set,
+    cst.Tuple,
+    cst.ListComp,
+    cst.DictComp,
+    cst.SetComp,
+    cst.GeneratorExp,
+)
+
+
 @dataclass(frozen=True, repr=False)  # holds a syntax node: the generated repr would print a subtree
 class StepReason:
     """Why a node runs once per step: the loop or hook that makes it so, and the call chain."""
@@ -603,22 +619,7 @@ class StepModel:
             receiver = receiver.value  # `meters["loss"].update(...)`: an element of what it holds
             if isinstance(receiver, (cst.Name, cst.Attribute)):
                 return False
-        if isinstance(
-            receiver,
-            (
-                cst.BaseString,
-                cst.Integer,
-                cst.Float,
-                cst.List,
-                cst.Dict,
-                cst.Set,
-                cst.Tuple,
-                cst.ListComp,
-                cst.DictComp,
-                cst.SetComp,
-                cst.GeneratorExp,
-            ),
-        ):
+        if isinstance(receiver, _LITERAL_VALUES):
             return True
         if isinstance(receiver, cst.Call):
             return self._foreign_value(receiver)
@@ -651,22 +652,7 @@ class StepModel:
 
     def _foreign_value(self, value: cst.BaseExpression) -> bool:
         value = _unmoved(value)
-        if isinstance(
-            value,
-            (
-                cst.BaseString,
-                cst.Integer,
-                cst.Float,
-                cst.List,
-                cst.Dict,
-                cst.Set,
-                cst.Tuple,
-                cst.ListComp,
-                cst.DictComp,
-                cst.SetComp,
-                cst.GeneratorExp,
-            ),
-        ):
+        if isinstance(value, _LITERAL_VALUES):
             return True
         if not isinstance(value, cst.Call):
             return False

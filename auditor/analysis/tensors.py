@@ -31,7 +31,14 @@ from loopaudit.analysis.module_index import (
     named_param,
 )
 from loopaudit.analysis.names import dotted_name, param_default, terminal_name
-from loopaudit.analysis.patterns import BATCH_FETCH, calls_a_model, next_of, unwrap_iterable
+from loopaudit.analysis.patterns import (
+    BATCH_FETCH,
+    TORCH_CONVERSIONS,
+    TORCH_FACTORIES,
+    calls_a_model,
+    next_of,
+    unwrap_iterable,
+)
 from loopaudit.analysis.stepmodel import StepModel, indexed_walk, looks_like_class
 from loopaudit.analysis.walk import Containment
 
@@ -361,27 +368,7 @@ _PY_NON_TENSOR_CALLS = frozenset(
     }
 )
 # torch functions that create a tensor: on the host unless given `device=`.
-_TORCH_CREATION = frozenset(
-    {
-        "tensor",
-        "as_tensor",
-        "zeros",
-        "ones",
-        "empty",
-        "full",
-        "arange",
-        "linspace",
-        "logspace",
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "eye",
-        "from_numpy",
-        "frombuffer",
-        "asarray",
-    }
-)
+_TORCH_CREATION = TORCH_FACTORIES | TORCH_CONVERSIONS | {"frombuffer"}
 # Methods that read a value out of a collection of tensors (a batch dict): `inputs.pop("labels")`.
 _CONTAINER_METHODS = frozenset({"pop", "get"})
 # Containers of settings: what `.get(...)` reads from them is an option, not a tensor.

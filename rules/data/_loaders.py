@@ -13,6 +13,8 @@ import libcst as cst
 
 from loopaudit.rule_api import (
     BATCH_FETCH,
+    TORCH_CONVERSIONS,
+    TORCH_FACTORIES,
     UNKNOWN,
     FrameKind,
     Kind,
@@ -414,28 +416,7 @@ def _reshapes_itself(binding, name: str, ctx) -> bool:
     return isinstance(first, cst.Name) and first.value == name
 
 
-_FACTORIES = frozenset(
-    {
-        "tensor",
-        "as_tensor",
-        "asarray",
-        "from_numpy",
-        "zeros",
-        "ones",
-        "empty",
-        "full",
-        "arange",
-        "linspace",
-        "logspace",
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "eye",
-    }
-)
-# Factories that convert data they are given (rather than make a new tensor).
-_CONVERSIONS = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
+_FACTORIES = TORCH_FACTORIES | TORCH_CONVERSIONS
 # Framework calls that hand a loader back wrapped so that its batches arrive on the device.
 _PREPARE_METHODS = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
 
@@ -455,7 +436,7 @@ def _computed_by_torch(expr: cst.BaseExpression, ctx, seen: frozenset = frozense
         return False
     first = next((arg.value for arg in expr.args if arg.keyword is None and not arg.star), None)
     if (
-        (qualified[6:] in _CONVERSIONS or _is_legacy_conversion(qualified, expr))
+        (qualified[6:] in TORCH_CONVERSIONS or _is_legacy_conversion(qualified, expr))
         and first is not None
         and (_drawn_from_loader(first, ctx) or _step_data(first, ctx) or _handed_in(first, ctx))
     ):

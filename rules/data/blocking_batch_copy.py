@@ -5,7 +5,7 @@ from typing import cast
 
 import libcst as cst
 
-from loopaudit.rule_api import TRUE, Fix, Kind, Report, Rule, RuleContext, with_keyword
+from loopaudit.rule_api import TORCH_FACTORIES, TRUE, Fix, Kind, Report, Rule, RuleContext, with_keyword
 from loopaudit.rules.data._loaders import is_host_batch, moves_to_device
 from loopaudit.rules.data.tensor_created_on_host_then_moved import (
     DTYPE_METHODS,
@@ -13,25 +13,7 @@ from loopaudit.rules.data.tensor_created_on_host_then_moved import (
     kept_attribute,
 )
 
-_CREATION = frozenset(
-    {
-        "tensor",
-        "as_tensor",
-        "zeros",
-        "ones",
-        "empty",
-        "full",
-        "arange",
-        "linspace",
-        "logspace",
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "eye",
-        "asarray",
-    }
-)
+_CREATION = TORCH_FACTORIES | {"tensor", "as_tensor", "asarray"}
 
 
 def _created_here(expr: cst.BaseExpression, ctx) -> bool:

@@ -6,6 +6,7 @@ from typing import cast
 import libcst as cst
 
 from loopaudit.rule_api import (
+    TORCH_FACTORIES,
     Kind,
     Report,
     Rule,
@@ -24,22 +25,7 @@ from loopaudit.rules.data._loaders import (
 DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"})
 
 # Factories that can fill the tensor on the device itself (a kernel, no copy) when given `device=`.
-_FACTORIES = frozenset(
-    {
-        "zeros",
-        "ones",
-        "empty",
-        "full",
-        "arange",
-        "linspace",
-        "logspace",
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "eye",
-    }
-)
+_FACTORIES = TORCH_FACTORIES
 # Factories from Python data: flagged only for constants (data the script computes must be copied anyway).
 _FROM_DATA = frozenset({"tensor", "as_tensor", "from_numpy"})
 
