@@ -187,6 +187,7 @@ def test_the_project_s_own_fixtures_scan_the_same_without_configuration():
     assert json.loads(with_config.out) == json.loads(isolated.out)
 
 
+@pytest.mark.slow
 def test_run_and_analyze_follow_the_configuration(tmp_path):
     pytest.importorskip("torch", reason="`loopaudit run` needs torch")
     script = textwrap.dedent("""\

@@ -364,6 +364,7 @@ RUN_SCRIPT = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.slow
 def test_run_reports_a_script_of_a_hostile_name_on_an_ascii_stream(tmp_path):
     pytest.importorskip("torch", reason="`loopaudit run` needs torch")
     raw = write_first_accepted(tmp_path, [b"run\xff\x1b[bold].py", b"run\x1b[bold].py"], RUN_SCRIPT)

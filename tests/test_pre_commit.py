@@ -19,6 +19,8 @@ import pytest
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.slow  # `pytest -m "not slow"` leaves these out
+
 BAD = textwrap.dedent("""\
     import torch
     model = torch.nn.Linear(4, 2).cuda()

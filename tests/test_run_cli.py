@@ -15,9 +15,13 @@ import pytest
 
 from .conftest import run_cli
 
+pytestmark = pytest.mark.slow  # `pytest -m "not slow"` leaves these out
+
 pytest.importorskip("torch", reason="`loopaudit run` needs torch (pip install 'loopaudit[profile]')")
 
-SHORT = ("--warmup", "2", "--steps", "6")
+# Exactly 6 measured steps: the window does not go on past them (--max-steps), so that counts are
+# the same on a busy machine, where a transient would otherwise lengthen it.
+SHORT = ("--warmup", "2", "--steps", "6", "--max-steps", "6")
 
 # The issue's first check: a slow single-process dataset, a per-step `.item()` and `torch.nonzero`.
 # The script counts its own steps in a file, so the test can tell how far it really got. Its data
@@ -35,7 +39,7 @@ SLOW_LOADER = textwrap.dedent("""\
             return 100_000
 
         def __getitem__(self, index):
-            time.sleep(0.004)  # reading and decoding a sample (a sleep takes as long on a busy machine)
+            time.sleep(0.012)  # reading and decoding a sample (a sleep takes as long on a busy machine)
             return torch.randn(32), index % 10
 
 
@@ -162,8 +166,14 @@ def test_a_clean_loop_with_workers_and_interval_logging(tmp_path):
     assert lines_of(document, "LA601") == []
     (periodic,) = document["sync_sites"]
     assert (periodic["line"], periodic["kind"], periodic["on_step_path"]) == (PERIODIC_ITEM_LINE, "item", False)
-    # Two workers on a two-core machine keep up with this model, not perfectly: a small share.
+    # Two workers on a two-core machine keep up with this model, not perfectly: a small share, most of
+    # it handing over batches the workers had ready, which LA602 does not count.
     assert document["data_wait_fraction"] < 0.25
+    not_ready = document["estimates"]["data_wait_not_ready_fraction"]
+    assert not_ready["value"] <= document["data_wait_fraction"] and not_ready["high"] < 0.05
+    assert lines_of(document, "LA602") == [] and document["undecided"] == []
+    time = document["estimates"]["step_time_ms"]
+    assert time["low"] <= time["value"] == document["step_time_ms"]["median"] <= time["high"]
     # The script's own output goes to stderr when stdout carries JSON.
     assert "started with lr=0.1 context=fork data=cifar" in result.err
 
@@ -348,6 +358,36 @@ def test_with_no_warmup_the_start_up_is_not_a_measured_step(tmp_path):
     assert max(step["time_ms"] for step in document["steps"]) < 900  # not the second of start-up
     result = run_cli("run", "train.py", "--warmup", "0", "--steps", "3", cwd=tmp_path)
     assert "Step 1 ran from the script's start" in result.out
+
+
+def test_a_slow_start_is_left_out_as_a_transient_and_the_window_goes_on(tmp_path):
+    # Steps 3 to 8 sleep 150 ms (a cache warming that outlasts --warmup 2), the others 5 ms: sleeps,
+    # so that the levels stay 30x apart on a busy machine.
+    write_script(
+        tmp_path,
+        textwrap.dedent("""\
+        import time
+        import torch
+        torch.set_num_threads(1)
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(1000):
+            time.sleep(0.15 if 2 <= step < 8 else 0.005)
+            model(torch.randn(4, 2)).sum().backward()
+            optimizer.step()
+    """),
+    )
+    result, document = run_json(tmp_path, "--warmup", "2", "--steps", "12")
+    assert result.returncode == 0, result.err
+    assert document["transient"]["steps"] == [str(step) for step in range(3, 9)]
+    assert document["transient"]["slow_ms"] > 100 > 20 > document["transient"]["steady_ms"]
+    # The window went on until 12 steady steps were measured, and the step time is theirs.
+    assert document["steps_measured"] == 18
+    assert document["estimates"]["step_time_ms"]["steps"] == 12
+    assert document["step_time_ms"]["median"] < 50
+    result = run_cli("run", "train.py", "--warmup", "2", "--steps", "12", "--no-color", cwd=tmp_path, env=CPU_PATH)
+    assert "Steps 3-8 ran" in result.out and "transient: left out" in result.out
+    assert "The window went on past the 12 steps asked for" in result.out
 
 
 def test_usage_errors_exit_2_without_running_anything(tmp_path):

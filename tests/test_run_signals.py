@@ -28,7 +28,10 @@ import pytest
 from .conftest import loopaudit_command
 
 pytest.importorskip("torch", reason="`loopaudit run` needs torch (pip install 'loopaudit[profile]')")
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="the test looks for survivors in /proc")
+pytestmark = [
+    pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="the test looks for survivors in /proc"),
+    pytest.mark.slow,
+]
 
 SCRIPT = textwrap.dedent("""\
     import os

@@ -18,6 +18,8 @@ from loopaudit.rule_api.rule import RuntimeRule
 from .conftest import run_cli
 from .test_rule_examples import expected_findings
 
+pytestmark = pytest.mark.slow  # `pytest -m "not slow"` leaves these out
+
 RUNTIME_RULES = [rule for rule in all_rules() if issubclass(rule, RuntimeRule)]
 
 
@@ -74,7 +76,8 @@ def run_example(tmp_path, rule, example: str) -> list[tuple[int, str]]:
     )
     assert result.returncode in (0, 1), result.err
     document = json.loads(result.out)
-    assert document["steps_measured"] == 6, "the example must run at least 8 steps"
+    # At least the 6 asked for; more when a verdict was undecided or a transient left out (stability.py).
+    assert document["steps_measured"] >= 6, "the example must run at least 8 steps"
     return [(f["location"]["row"], f["code"]) for f in document["findings"]]
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loopaudit import __version__
-from loopaudit.commands.dynamic import analyze, run
+from loopaudit.commands.dynamic import analyze, compare, run
 from loopaudit.commands.progress import ScanProgress
 from loopaudit.commands.shared import (
     EXIT_CLEAN,
@@ -471,6 +471,11 @@ app.command(
 app.command(
     "analyze", cls=PlainHelpCommand, short_help="Read a torch.profiler trace: step time, data waits, GPU idle time."
 )(analyze)
+app.command(
+    "compare",
+    cls=PlainHelpCommand,
+    short_help="Compare two runs' JSON: what changed beyond the noise, and a gate on regressions.",
+)(compare)
 
 
 def main() -> None:

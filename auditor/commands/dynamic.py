@@ -1,11 +1,14 @@
-"""`loopaudit run` (run a script under measurement) and `loopaudit analyze` (read a profiler trace).
+"""`loopaudit run` (run a script under measurement), `loopaudit analyze` (read a profiler trace) and
+`loopaudit compare` (two runs' JSON side by side: a regression gate).
 
-Neither imports torch in this process: `run` starts the script in a child process that does, and
-`analyze` only reads JSON.
+None imports torch in this process: `run` starts the script in a child process that does, and
+`analyze` and `compare` only read JSON.
 """
 
 from __future__ import annotations
 
+import enum
+import json
 import os
 import signal
 import sys
@@ -59,6 +62,17 @@ def run(
         bool, typer.Option("--profile", help="Also record torch.profiler over the measured steps and write the trace.")
     ] = False,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Steps to measure.")] = 20,
+    max_steps: Annotated[
+        int,
+        typer.Option(
+            "--max-steps",
+            min=1,
+            help=(
+                "Measure on, up to this many steps, while a verdict is undecided (the data-wait share's interval "
+                "straddles its threshold) or a run of slow steps was left out. Not with --profile."
+            ),
+        ),
+    ] = 100,
     warmup: Annotated[
         int, typer.Option("--warmup", min=0, help="Steps to let run before measuring (start-up, caches, lazy init).")
     ] = 5,
@@ -143,6 +157,10 @@ def run(
         args=list(script_args or []),
         warmup=warmup,
         steps=steps,
+        longest=max(steps, max_steps),
+        thresholds=tuple(
+            sorted({rule.data_wait_threshold for rule in runtime_rules if rule.data_wait_threshold is not None})
+        ),
         profile=profile,
         trace_out=str(Path(trace_out).resolve()) if trace_out else (_default_trace_path(path) if profile else None),
         stop=stop,
@@ -190,7 +208,7 @@ def run(
     evidence = RunEvidence(report, script_path, trace, scan)
     audit = audit_run(evidence, runtime_rules, [finding for finding in scan if finding.code in shown])
     breakdown = from_run(evidence)
-    headline, notes = _describe_run(report, outcome, script_failed, display_path(script_path))
+    headline, notes = _describe_run(evidence, outcome, script_failed, display_path(script_path))
     if output_format is OutputFormat.json:
         status = {
             "exit_status": outcome.status,
@@ -286,7 +304,8 @@ class _PhaseNotes:
             typer.echo(phase, err=True)
 
 
-def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[str, list[str]]:
+def _describe_run(evidence, outcome, script_failed: bool, script: str) -> tuple[str, list[str]]:
+    report = evidence.report
     unit = (
         "optimizer steps" if report.step_kind == "optimizer" else "batches (no optimizer stepped: one step per batch)"
     )
@@ -297,6 +316,20 @@ def _describe_run(report, outcome, script_failed: bool, script: str) -> tuple[st
     if report.startup_excluded:
         notes.append(
             "Step 1 ran from the script's start (imports, building the model, no batch fetched first): it is left out."
+        )
+    if len(report.steps) > report.window:
+        notes.append(
+            f"The window went on past the {report.window} steps asked for until its verdicts were decided "
+            f"(at most --max-steps {report.longest})."
+        )
+    transient = evidence.transient
+    if transient is not None:
+        first = report.warmup + transient.first + 1  # numbered as the step table numbers them
+        last = report.warmup + transient.last + 1
+        notes.append(
+            f"Steps {first}-{last} ran {transient.ratio:.1f}x slower than the others ({transient.slow_ms:.1f} ms "
+            f"against {transient.steady_ms:.1f} ms): a transient (a warm-up that had not ended, other work on the "
+            "machine), left out of the step time and the data-wait share."
         )
     if report.stopped:
         notes.append("The script was stopped after them (--no-stop lets it finish).")
@@ -355,3 +388,56 @@ def analyze(
     else:
         FORMATS[output_format.value](findings, sys.stdout, _color(color))
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+class ComparisonFormat(str, enum.Enum):
+    full = "full"
+    json = "json"
+
+
+def compare(
+    before: Annotated[
+        str, typer.Argument(help="`loopaudit run --output-format json` of the run before.", show_default=False)
+    ],
+    after: Annotated[str, typer.Argument(help="The same, of the run after.", show_default=False)],
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            help=(
+                "Exit 1 when a metric got worse by more than this beyond the noise (its whole 95% interval past "
+                "it): step-time:+5% (of the step time), data-wait:+2% (percentage points of the step), "
+                "syncs:+0 (syncs per step). Repeatable. Default: step-time:+10%, data-wait:+5%, syncs:+0."
+            ),
+        ),
+    ] = None,
+    output_format: Annotated[
+        ComparisonFormat, typer.Option("--output-format", help="full or json.")
+    ] = ComparisonFormat.full,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
+) -> None:
+    """Compare two measured runs of a script (a regression gate): step time, data wait, syncs per step
+    and each sync site, with the change's 95% interval and a verdict. Exit status: 1 when a change
+    crosses a --fail-on limit beyond the noise, 0 when none does, 2 when a file cannot be read."""
+    from loopaudit.profiling.in_loopaudit.compare import CompareError
+    from loopaudit.profiling.in_loopaudit.compare import compare as compare_runs
+    from loopaudit.reporting import measured, measured_json
+
+    documents = []
+    for name in (before, after):
+        try:
+            with open(name, encoding="utf-8") as stream:
+                documents.append(json.load(stream))
+        except OSError as error:
+            raise usage_error(f"cannot read {name}: {error.strerror or error}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise usage_error(f"{name} is not JSON ({error})") from None
+    try:
+        comparison = compare_runs(documents[0], documents[1], fail_on or (), (before, after))
+    except CompareError as error:
+        raise usage_error(str(error)) from None
+    if output_format is ComparisonFormat.json:
+        measured_json.write(measured_json.comparison_document(comparison), sys.stdout)
+    else:
+        measured.render_comparison(comparison, sys.stdout, _color(color))
+    raise typer.Exit(EXIT_FINDINGS if comparison.failed else EXIT_CLEAN)

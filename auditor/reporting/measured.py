@@ -20,6 +20,7 @@ from rich.text import Text
 from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
 from loopaudit.profiling.in_loopaudit.breakdown import PARTS, Breakdown
+from loopaudit.profiling.in_loopaudit.compare import Change, Comparison
 from loopaudit.profiling.in_loopaudit.evidence import describe_site
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
@@ -56,9 +57,27 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f} ms" if value >= 1 else f"{value:.2f} ms"
 
 
+def _interval_ms(estimate) -> str:
+    return "" if estimate.low is None else f" [{_ms(estimate.low)}, {_ms(estimate.high)}]"
+
+
+def _share(estimate) -> str:
+    """4.4% [2.1%, 6.9%]"""
+    interval = "" if estimate.low is None else f" [{estimate.low:.1%}, {estimate.high:.1%}]"
+    return f"{estimate.value:.1%}{interval}"
+
+
 def _breakdown(console: Console, breakdown: Breakdown, why_no_sync: str) -> None:
     time = breakdown.step_time_ms
-    console.print(Text.assemble(("Step time", "bold"), f"  median {_ms(time['median'])}, p90 {_ms(time['p90'])}"))
+    estimate = breakdown.step_time
+    if estimate is not None:  # a live run: the steady steps' median with its 95% interval
+        line = (
+            f"  median {_ms(time['median'])}{_interval_ms(estimate)} over {steps_phrase(estimate.steps, 'steady')}, "
+            f"p90 {_ms(time['p90'])}"
+        )
+    else:
+        line = f"  median {_ms(time['median'])}, p90 {_ms(time['p90'])}"
+    console.print(Text.assemble(("Step time", "bold"), line))
     table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
     table.add_column("part")
     table.add_column("median per step", justify="right")
@@ -74,6 +93,14 @@ def _breakdown(console: Console, breakdown: Breakdown, why_no_sync: str) -> None
             share = 1.0 - sum(cast(float, breakdown.share(p)) for p in measured if p != "compute")
         table.add_row(_PART_NAME[part], _ms(breakdown.median(part)), f"{share:.1%}")
     console.print(table)
+    if breakdown.data_not_ready is not None:
+        console.print(
+            Text.assemble(
+                ("Waiting for batches not yet loaded", "bold"),
+                f"  {_share(breakdown.data_not_ready)} of the steady steps (LA602 above 5%; "
+                "handing over a batch a worker had ready does not count)",
+            )
+        )
     _bars(console, breakdown)
 
 
@@ -89,7 +116,9 @@ def _bars(console: Console, breakdown: Breakdown) -> None:
         for part in PARTS:
             char, style = _PART_STYLE[part]
             line.append(char * round(row.part(part) / longest * _BAR_WIDTH), style=style)
-        if len(rows) >= 3 and median and row.total_ms > _OUTLIER * median:
+        if row.label in breakdown.transient:
+            line.append("  transient: left out", style="yellow")
+        elif len(rows) >= 3 and median and row.total_ms > _OUTLIER * median:
             # a first epoch's worker start-up, a lazy initialisation: it weighs on the mean, not the median
             line.append(f"  {row.total_ms / median:.0f}x the median", style="yellow")
         console.print(line)
@@ -205,6 +234,11 @@ def render_run(
     _sync_sites(console, audit)
     _loaders(console, audit)
     _findings(console, out, audit.findings, color)
+    if audit.undecided:
+        console.print(Text("Undecided (not reported: the measurement cannot tell)", style="bold"))
+        for _, message in audit.undecided:
+            console.print(Text(f"  {message}"))
+        console.print()
     _static(console, audit)
     confirmed = sum(1 for check in audit.static if check.confirmed)
     measurable = sum(1 for check in audit.static if check.measurable)
@@ -279,6 +313,64 @@ def render_trace(
     console.print()
     _findings(console, out, findings, color)
     console.print(Text(_summary(findings) + "."))
+
+
+_VERDICT_STYLE = {"worse": "bold red", "new": "bold red", "better": "green", "gone": "green", "undecided": "yellow"}
+
+
+def _value(change: Change, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if change.metric == "step-time":
+        return _ms(value)
+    if change.metric == "data-wait":
+        return f"{value:.1%}"
+    return f"{value:g}"
+
+
+def _change(change: Change) -> str:
+    """+4.8% [+2.1%, +7.5%] for a step time, +1.2 points for a share, +1 for a count."""
+    if change.change is None:
+        return "—"
+    if change.metric == "step-time":
+        text = f"{change.change:+.1%}"
+        interval = "" if change.low is None or change.high is None else f" [{change.low:+.1%}, {change.high:+.1%}]"
+    elif change.metric == "data-wait":
+        text = f"{change.change * 100:+.1f} points"
+        interval = (
+            "" if change.low is None or change.high is None else f" [{change.low * 100:+.1f}, {change.high * 100:+.1f}]"
+        )
+    else:
+        return f"{change.change:+g} per step"
+    return text + interval
+
+
+def render_comparison(comparison: Comparison, out: TextIO, color: bool) -> None:
+    console = _console(out, color)
+    console.print(_shown(f"loopaudit compare: {comparison.before} -> {comparison.after}", style="bold"))
+    for note in comparison.notes:
+        console.print(_shown(note))
+    console.print()
+    table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
+    for column, justify in (("metric", "left"), ("before", "right"), ("after", "right"), ("change [95%]", "right")):
+        table.add_column(column, justify=cast(JustifyMethod, justify))
+    table.add_column("verdict")
+    for change in comparison.changes:
+        verdict = change.verdict + (" (past the limit)" if change.failed else "")
+        table.add_row(
+            _shown(change.label),
+            _value(change, change.before),
+            _value(change, change.after),
+            _change(change),
+            Text(verdict, style=_VERDICT_STYLE.get(change.verdict, "")),
+        )
+    console.print(table)
+    console.print()
+    if comparison.failed:
+        failed = ", ".join(change.label for change in comparison.failed)
+        console.print(Text(f"Regressed beyond the noise and the limits: {failed}.", style="bold red"))
+    else:
+        console.print(Text("No regression beyond the noise and the limits."))
 
 
 def _summary(findings: Sequence[Finding]) -> str:

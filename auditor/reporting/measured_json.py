@@ -9,6 +9,7 @@ from typing import TextIO
 
 from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
 from loopaudit.profiling.in_loopaudit.breakdown import Breakdown
+from loopaudit.profiling.in_loopaudit.compare import Comparison
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 from loopaudit.reporting.safe_text import json_ready
 
@@ -17,13 +18,31 @@ def _rounded(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _estimate(estimate, digits: int) -> dict | None:
+    """{"value", "low", "high", "steps"}: the 95% interval's ends are null when too few steps gave none."""
+    if estimate is None:
+        return None
+    return {
+        "value": round(estimate.value, digits),
+        "low": _rounded(estimate.low, digits),
+        "high": _rounded(estimate.high, digits),
+        "steps": estimate.steps,
+    }
+
+
 def _steps(breakdown: Breakdown) -> dict:
     return {
         "steps_measured": len(breakdown.rows),
         "step_time_ms": breakdown.step_time_ms,
         "data_wait_fraction": _rounded(breakdown.share("data_wait")),
         "sync_stall_fraction": _rounded(breakdown.share("sync_stall")),
-        "steps": [row.to_json(breakdown.data_measured, breakdown.sync_measured) for row in breakdown.rows],
+        "steps": [
+            {
+                **row.to_json(breakdown.data_measured, breakdown.sync_measured),
+                "transient": row.label in breakdown.transient,
+            }
+            for row in breakdown.rows
+        ],
     }
 
 
@@ -39,7 +58,21 @@ def run_document(audit: RunAudit, breakdown: Breakdown, script: str, arguments: 
         **status,
         "step_kind": report.step_kind,
         "warmup": report.warmup,
+        "max_steps": report.longest,
         **_steps(breakdown),
+        "estimates": {
+            "step_time_ms": _estimate(breakdown.step_time, 3),
+            "data_wait_not_ready_fraction": _estimate(breakdown.data_not_ready, 4),
+        },
+        "transient": (
+            {
+                "steps": sorted(breakdown.transient, key=int),
+                "slow_ms": round(transient.slow_ms, 3),
+                "steady_ms": round(transient.steady_ms, 3),
+            }
+            if (transient := audit.evidence.transient) is not None
+            else None
+        ),
         "gpu_idle_fraction": _rounded(trace.gpu_idle_fraction) if trace else None,
         "sync_sites": [
             {
@@ -74,6 +107,7 @@ def run_document(audit: RunAudit, breakdown: Breakdown, script: str, arguments: 
         ],
         "trace": report.trace,
         "findings": [finding.to_json() for finding in audit.findings],
+        "undecided": [{"code": code, "message": message} for code, message in audit.undecided],
         "static": [check.to_json() for check in audit.static],
     }
     return document
@@ -114,6 +148,30 @@ def trace_document(analysis: TraceAnalysis, breakdown: Breakdown, findings) -> d
             "steps_freeing": analysis.steps_freeing,
         },
         "findings": [finding.to_json() for finding in findings],
+    }
+
+
+def comparison_document(comparison: Comparison) -> dict:
+    """`loopaudit compare --output-format json`: each change with its interval, verdict and limit."""
+    return {
+        "before": comparison.before,
+        "after": comparison.after,
+        "changes": [
+            {
+                "metric": change.metric,
+                "label": change.label,
+                "before": _rounded(change.before),
+                "after": _rounded(change.after),
+                "change": _rounded(change.change),
+                "interval": [_rounded(change.low), _rounded(change.high)] if change.low is not None else None,
+                "verdict": change.verdict,
+                "limit": change.limit,
+                "failed": change.failed,
+            }
+            for change in comparison.changes
+        ],
+        "failed": [change.label for change in comparison.failed],
+        "notes": comparison.notes,
     }
 
 

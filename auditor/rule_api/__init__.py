@@ -2,7 +2,8 @@
 `loopaudit.rule_api` and from other rule files, nothing else of loopaudit (tests/test_rule_api.py).
 
 - The contract (rule.py): `Rule` and its kinds (`FileRule`, `RuntimeRule`), what a check yields
-  (`Report`, `Fix`, `Group`) and what a runtime rule observes (`Observation`).
+  (`Report`, `Fix`, `Group`) and what a runtime rule observes (`Observation`) or cannot decide
+  (`Undecided`).
 - What a check may ask (context.py): `RuleContext`, whose members `index`, `steps` and `tensors` are
   the analysis model's `ModuleIndex`, `StepModel` and `TensorInference`, asked through their public
   methods only.
@@ -22,7 +23,7 @@ import loopaudit.analysis as _analysis
 from loopaudit.analysis import *  # noqa: F403 (the analysis model's public names, as analysis/__init__.py declares them)
 from loopaudit.rule_api.context import RuleContext
 from loopaudit.rule_api.edits import TRUE, keyword_value, with_first_argument, with_keyword, without_argument
-from loopaudit.rule_api.rule import FileRule, Fix, Group, Observation, Report, Rule, RuntimeRule
+from loopaudit.rule_api.rule import FileRule, Fix, Group, Observation, Report, Rule, RuntimeRule, Undecided
 
 if TYPE_CHECKING:
     from loopaudit.profiling.in_loopaudit.evidence import RunEvidence, describe_site
@@ -45,7 +46,7 @@ def __getattr__(name: str) -> Any:
 
 
 # the contract
-__all__ = ["FileRule", "Fix", "Group", "Observation", "Report", "Rule", "RuleContext", "RuntimeRule"]
+__all__ = ["FileRule", "Fix", "Group", "Observation", "Report", "Rule", "RuleContext", "RuntimeRule", "Undecided"]
 # building fixes
 __all__ += ["TRUE", "keyword_value", "with_first_argument", "with_keyword", "without_argument"]
 # the measured rules

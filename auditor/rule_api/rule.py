@@ -117,6 +117,15 @@ class Observation:
     details: dict[str, Any] = field(default_factory=dict)  # extra JSON keys: the live DataLoader settings, ...
 
 
+@dataclass
+class Undecided:
+    """A runtime rule's verdict that the measurement could not settle: the estimate's interval
+    straddles the rule's threshold. Shown with the run's report, never a finding: a gate must not
+    fail on noise, nor pass it off as clean."""
+
+    message: str  # what was measured, with its interval, and what would settle it
+
+
 class RuntimeRule(Rule):
     """A rule checked by measuring rather than reading: `loopaudit run` runs the script and hands
     the rule its evidence; `loopaudit analyze` hands it an existing profiler trace.
@@ -132,8 +141,11 @@ class RuntimeRule(Rule):
     needs_trace: ClassVar[bool] = False  # it reads the profiler trace: its script examples run with --profile
     valid_traces: ClassVar[tuple[str, ...]] = ()
     invalid_traces: ClassVar[tuple[str, ...]] = ()
+    # The share of the step spent waiting for batches above which the rule reports: `loopaudit run`
+    # measures on (up to --max-steps) until that share's interval lies on one side of it.
+    data_wait_threshold: ClassVar[float | None] = None
 
-    def from_run(self, run: RunEvidence) -> Iterator[Observation]:
+    def from_run(self, run: RunEvidence) -> Iterator[Observation | Undecided]:
         return iter(())
 
     def from_trace(self, trace: TraceAnalysis) -> Iterator[Observation]:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule_api import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule, Undecided, steps_phrase
 
 # TensorBoard's profiler plugin recommends more DataLoader workers above this share of the step.
 THRESHOLD = 0.05
@@ -22,7 +22,7 @@ def advice(loader, cpu_count: int) -> str:
             f"load batches in worker processes: `DataLoader(..., num_workers={suggested}, persistent_workers=True)` "
             f"(this machine has {cpu_count} CPUs); the main process then only trains"
         )
-    if loader.first_batch_wait_seconds > 0.5 * loader.wait_seconds and not loader.persistent_workers:
+    if loader.first_batch_wait_seconds > 0.5 * loader.starved_seconds and not loader.persistent_workers:
         return (
             "most of the wait is the workers starting again for each new iterator (each epoch): "
             "`persistent_workers=True` keeps them alive"
@@ -39,22 +39,37 @@ def advice(loader, cpu_count: int) -> str:
     )
 
 
+def _interval(estimate) -> str:
+    """4.4% [2.1%, 6.9%]"""
+    if estimate.low is None:
+        return f"{estimate.value:.1%}"
+    return f"{estimate.value:.1%} [{estimate.low:.1%}, {estimate.high:.1%}]"
+
+
 class DataLoaderStall(RuntimeRule):
     code = "LA602"
     name = "data-loader-stall"
-    summary = "The measured steps waited for their batches for more than 5% of the step time."
+    summary = "The measured steps waited for batches not yet loaded for more than 5% of the step time."
     message = "the steps waited for this DataLoader's batches for more than 5% of their time"
     suggestion = "load batches in worker processes (`num_workers`), keep them alive (`persistent_workers=True`)"
     what_it_flags = (
-        "A DataLoader whose `next()` kept the measured steps waiting for more than 5% of their time (the "
-        "share at which TensorBoard's PyTorch profiler plugin recommends more workers). `loopaudit run` "
-        "times every `next()` on every DataLoader iterator in the script's process and reports the loader "
-        "at the line that created it, with its real runtime settings (`num_workers`, `pin_memory`, "
-        "`persistent_workers`, `prefetch_factor`, read from the live object, not from the source) and "
-        "advice that follows from them: workers when there are none, `persistent_workers=True` when the "
-        "wait is each epoch's worker start-up, more workers or cheaper samples when the workers cannot keep "
-        "up. From a trace, it is the share of the steps spent in `enumerate(DataLoader)#...__next__` ranges "
-        "while the GPU and the CUDA runtime were idle, computed the way the profiler plugin computes it."
+        "A DataLoader whose `next()` kept the measured steps waiting for batches that were not loaded yet "
+        "for more than 5% of their time (the share at which TensorBoard's PyTorch profiler plugin "
+        "recommends more workers). `loopaudit run` times every `next()` on every DataLoader iterator in the "
+        "script's process and looks, before each, whether a worker has already delivered the batch: handing "
+        "over a delivered batch (unpickling it, receiving its shared memory) costs a millisecond or two "
+        "whatever the settings, and is not counted; a single-process loader loads each batch on the "
+        "step's time, and all of it counts. The share is judged on the steady steps with its 95% interval "
+        "(batch means over consecutive steps): the rule reports only when the whole interval lies above 5%, "
+        "and says the verdict is undecided, without a finding, when it straddles 5% after --max-steps. A "
+        "run of steps twice as slow as the rest (a warm-up that had not ended, another job taking the "
+        "CPUs) is left out and named. The loader is reported at the line that created it, with its real "
+        "runtime settings (`num_workers`, `pin_memory`, `persistent_workers`, `prefetch_factor`, read from "
+        "the live object, not from the source) and advice that follows from them: workers when there are "
+        "none, `persistent_workers=True` when the wait is each epoch's worker start-up, more workers or "
+        "cheaper samples when the workers cannot keep up. From a trace, it is the share of the steps spent "
+        "in `enumerate(DataLoader)#...__next__` ranges while the GPU and the CUDA runtime were idle, "
+        "computed the way the profiler plugin computes it."
     )
     why_it_costs = (
         "While the training process waits for a batch, nothing is queued for the GPU: the share of the step "
@@ -115,18 +130,35 @@ class DataLoaderStall(RuntimeRule):
         "    optimizer.step()\n",
     )
 
+    data_wait_threshold = THRESHOLD
+
     def from_run(self, run):
-        if not run.step_seconds:
+        estimate = run.data_starvation
+        if estimate is None or not run.step_seconds:
             return
-        median = run.median_step_ms
-        for _, loader in run.loaders_in_window():
-            share = loader.wait_seconds / run.step_seconds
-            if share <= THRESHOLD:
-                continue
-            waited = loader.wait_seconds * 1000 / run.steps_measured
+        verdict = estimate.against(THRESHOLD)
+        if verdict == "below":
+            return
+        if verdict == "inconclusive":
+            yield Undecided(
+                f"{self.code} undecided: the steps waited for batches not yet loaded {_interval(estimate)} of their "
+                f"time over {steps_phrase(estimate.steps, 'steady')}, which straddles the {THRESHOLD:.0%} threshold; "
+                f"measure more steps (`--max-steps {max(2 * run.steps_measured, 100)}`) to settle it"
+            )
+            return
+        median = run.step_time.value
+        loaders = sorted(run.loaders_in_window(), key=lambda entry: -entry[1].starved_seconds)
+        # The estimate is over all loaders together: each one past the threshold on its own is named,
+        # and the one that waited most when only their sum is past it.
+        named = [loader for _, loader in loaders if loader.starved_seconds / run.step_seconds > THRESHOLD]
+        for loader in named or [loaders[0][1]]:
+            share = loader.starved_seconds / run.step_seconds
+            waited = loader.starved_seconds * 1000 / run.steps_measured
+            part = f"{share:.0%} ({_interval(estimate)} for all loaders)" if len(loaders) > 1 else _interval(estimate)
             message = (
-                f"the steps waited for this DataLoader's batches {share:.0%} of the time "
-                f"({waited:.1f} ms per step, median step {median:.1f} ms); it runs with {settings(loader)}"
+                f"the steps waited for this DataLoader's batches {part} of the time over "
+                f"{steps_phrase(estimate.steps, 'steady')} ({waited:.1f} ms per step, median step {median:.1f} ms); "
+                f"it runs with {settings(loader)}"
             )
             file, line = (loader.file, loader.line) if loader.file else run.location_of_step()
             yield Observation(
@@ -136,8 +168,9 @@ class DataLoaderStall(RuntimeRule):
                 observed={
                     "per_step": run.per_step(loader.batches),
                     "total": loader.batches,
-                    "time_ms": round(loader.wait_seconds * 1000, 3),
+                    "time_ms": round(loader.starved_seconds * 1000, 3),
                     "share": round(share, 4),
+                    "interval": [round(estimate.low, 4), round(estimate.high, 4)] if estimate.low is not None else None,
                 },
                 suggestion=advice(loader, run.report.cpu_count),
                 details={

@@ -20,7 +20,7 @@ from loopaudit.profiling.in_loopaudit.evidence import RunEvidence
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 from loopaudit.profiling.in_script.report import SiteRecord
 from loopaudit.rule_api.registry import rule_by_code
-from loopaudit.rule_api.rule import Observation, Rule, RuntimeRule
+from loopaudit.rule_api.rule import Observation, Rule, RuntimeRule, Undecided
 
 
 def display_path(path: str) -> str:
@@ -115,6 +115,8 @@ class RunAudit:
     findings: list[Finding]
     static: list[StaticCheck]
     sites: list[SiteView]
+    # (code, message): verdicts the measurement could not settle, said with the report, never findings
+    undecided: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _static_codes_at(static: Sequence[Finding], filename: str, line: int) -> list[str]:
@@ -124,8 +126,12 @@ def _static_codes_at(static: Sequence[Finding], filename: str, line: int) -> lis
 def audit_run(evidence: RunEvidence, rules: Iterable[type[RuntimeRule]], static: Sequence[Finding]) -> RunAudit:
     sources = SourceLines()
     findings = []
+    undecided = []
     for rule in rules:
         for observation in rule().from_run(evidence):
+            if isinstance(observation, Undecided):
+                undecided.append((rule.code, observation.message))
+                continue
             finding = to_finding(rule, observation, sources)
             if rule.code == "LA601":  # a sync the scan missed is worth saying so
                 codes = _static_codes_at(static, finding.filename, finding.location.row)
@@ -139,7 +145,7 @@ def audit_run(evidence: RunEvidence, rules: Iterable[type[RuntimeRule]], static:
     for record in sorted(evidence.report.syncs, key=lambda r: (-r.count, r.file, r.line)):
         name = display_path(record.file)
         sites.append(SiteView(record, name, evidence.on_step_path(record), _static_codes_at(static, name, record.line)))
-    return RunAudit(evidence, findings, checks, sites)
+    return RunAudit(evidence, findings, checks, sites, undecided)
 
 
 def _check(finding: Finding, measured: Sequence[Finding], cuda: bool) -> StaticCheck:

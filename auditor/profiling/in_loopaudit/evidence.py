@@ -3,6 +3,10 @@
 A site is on the step path when it happened in more than half of the measured steps. A sync made
 every tenth step by interval logging is not (it costs a tenth as much, and is what the docs
 recommend); one made by every step is, and so is one made twice per step.
+
+Times are judged on the steady steps, with their intervals (profiling/in_script/stability.py): a run
+of steps much slower than the rest (a warm-up that had not ended, another job taking the CPUs) is left
+out of them and named; counts are judged on every measured step.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ from functools import cached_property
 from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
-from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport
+from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport, StepRecord
+from loopaudit.profiling.in_script.stability import (
+    Estimate,
+    Transient,
+    median_interval,
+    share_interval,
+    steady_indices,
+)
 
 
 @dataclass
@@ -66,10 +77,37 @@ class RunEvidence:
     def step_seconds(self) -> float:
         return sum(step.seconds for step in self.report.steps)
 
+    @cached_property
+    def _steady(self) -> tuple[list[int], Transient | None]:
+        return steady_indices([step.seconds for step in self.report.steps])
+
+    @property
+    def transient(self) -> Transient | None:
+        """A run of steps at least twice as slow as the rest, left out of the time estimates."""
+        return self._steady[1]
+
+    @property
+    def steady_steps(self) -> list[StepRecord]:
+        return [self.report.steps[i] for i in self._steady[0]]
+
+    @cached_property
+    def step_time(self) -> Estimate:
+        """The steady steps' median time in milliseconds, with its interval."""
+        return median_interval([step.seconds * 1000 for step in self.steady_steps])
+
     @property
     def median_step_ms(self) -> float | None:
-        times = sorted(step.seconds * 1000 for step in self.report.steps)
-        return times[len(times) // 2] if times else None
+        return self.step_time.value if self.report.steps else None
+
+    @cached_property
+    def data_starvation(self) -> Estimate | None:
+        """Share of the steady steps' time spent waiting for batches that were not loaded yet (a
+        worker-fed batch's hand-over left out), with its interval; None when no DataLoader handed out
+        a batch in the window."""
+        if not self.loaders_in_window():
+            return None
+        steps = self.steady_steps
+        return share_interval([step.data_starved_seconds for step in steps], [step.seconds for step in steps])
 
     def loaders_in_window(self) -> list[tuple[int, LoaderRecord]]:
         return [(index, loader) for index, loader in enumerate(self.report.loaders) if loader.batches]

@@ -65,6 +65,10 @@ class RunRequest:
     args: list[str] = field(default_factory=list)
     warmup: int = 5
     steps: int = 20
+    # The window may go on to this many steps until the data-wait share is decided against every
+    # threshold (profiling/in_script/stability.py); None: exactly `steps`.
+    longest: int | None = None
+    thresholds: tuple[float, ...] = ()
     profile: bool = False
     trace_out: str | None = None
     stop: bool = True
@@ -106,6 +110,8 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
                         {
                             "warmup": request.warmup,
                             "steps": request.steps,
+                            "longest": request.longest,
+                            "thresholds": list(request.thresholds),
                             "profile": request.profile,
                             "trace_out": request.trace_out,
                             "report": files.report,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import threading
 import time
 import warnings
@@ -29,11 +30,12 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
-from torch.utils.data.dataloader import _BaseDataLoaderIter
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
 from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport, SiteRecord, StepRecord
 from loopaudit.profiling.in_script.sites import user_site
 from loopaudit.profiling.in_script.spy import BatchTracker, SyncSpy
+from loopaudit.profiling.in_script.stability import settled
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,8 +62,15 @@ class Probe:
         report: str,
         stop: bool,
         progress: str | None = None,
+        longest: int | None = None,
+        thresholds: tuple[float, ...] = (),
     ) -> None:
         self.warmup, self.window, self.profile, self.trace_out = warmup, steps, profile, trace_out
+        # The window goes on past `steps`, up to `longest`, until the data-wait share is decided against
+        # every threshold (stability.py). A profiled window keeps its length: the profiler's schedule
+        # is set when it starts.
+        self.longest = steps if profile or longest is None else max(steps, longest)
+        self.thresholds = tuple(thresholds)
         self.report_path, self.stop = report, stop
         self.pid = os.getpid()
         self.cuda = torch.cuda.is_available()
@@ -72,6 +81,7 @@ class Probe:
             cpu_count=os.cpu_count() or 1,
             warmup=warmup,
             window=steps,
+            longest=self.longest,
         )
         self.batches = BatchTracker()
         self._primary_optimizer: int | None = None
@@ -79,6 +89,7 @@ class Probe:
         self._step_sites: Counter[tuple[str, int]] = Counter()
         self._last_boundary = time.perf_counter()
         self._wait = 0.0
+        self._starved = 0.0  # of the wait, the part spent on batches that were not loaded yet
         # With --warmup 0 the first step's start is not a step boundary: it is the first batch
         # fetched, when there is one; a first step without one began with the script (start-up).
         self._first_step_began = False
@@ -133,10 +144,11 @@ class Probe:
             probe._batches_fetched += 1
             if probe.result.steps_seen == 0 and not probe._first_step_began:
                 probe._first_step_began = True
-                probe._last_boundary, probe._wait = time.perf_counter(), 0.0
+                probe._last_boundary, probe._wait, probe._starved = time.perf_counter(), 0.0, 0.0
             spy = probe._spy
             if spy is not None:
                 spy.fetching = True
+            ready = _batch_ready(iterator)
             started = time.perf_counter()
             try:
                 batch = original_next(iterator)  # StopIteration passes through, as it must
@@ -145,6 +157,8 @@ class Probe:
                     spy.fetching = False
             waited = time.perf_counter() - started
             probe._wait += waited
+            starved = 0.0 if ready else waited
+            probe._starved += starved
             if probe._primary_optimizer is None:
                 site = user_site()
                 if site is not None:
@@ -152,6 +166,7 @@ class Probe:
             if probe._measuring:
                 record.batches += 1
                 record.wait_seconds += waited
+                record.starved_seconds += starved
                 if iterator.__dict__.pop("_loopaudit_fresh", False):
                     record.first_batch_wait_seconds += waited
                 probe.batches.tag(batch, index)
@@ -224,7 +239,7 @@ class Probe:
         self._empty_cache.clear()
         for record, _ in self._loaders.values():
             record.batches = record.iterators = 0
-            record.wait_seconds = record.first_batch_wait_seconds = 0.0
+            record.wait_seconds = record.first_batch_wait_seconds = record.starved_seconds = 0.0
 
     def _boundary(self, kind: str) -> None:
         now = time.perf_counter()
@@ -242,7 +257,7 @@ class Probe:
             stalled = self._spy.end_step() if self._spy is not None else 0.0
             for record in self._empty_cache.values():
                 record.commit()
-            self.result.steps.append(StepRecord(now - self._last_boundary, self._wait, stalled))
+            self.result.steps.append(StepRecord(now - self._last_boundary, self._wait, stalled, self._starved))
         if self._profiler is not None:
             self._profiler.step()
         if self.profile and seen == self.warmup - 1 and self._profiler is None:
@@ -255,7 +270,7 @@ class Probe:
                     stream.write(str(seen))
             except OSError:
                 self._progress_path = None  # progress is a courtesy, never a failure
-        if seen == self.warmup + self.window + self.result.startup_excluded and self._measuring:
+        if self._measuring and self._window_done():
             with self._writing:
                 self.result.window_complete = True
                 self.result.stopped = self.stop
@@ -264,7 +279,20 @@ class Probe:
             if self.stop:
                 raise AuditComplete()
         # The next step starts now: what the probe itself did above is not the script's time.
-        self._last_boundary, self._wait = time.perf_counter(), 0.0
+        self._last_boundary, self._wait, self._starved = time.perf_counter(), 0.0, 0.0
+
+    def _window_done(self) -> bool:
+        steps = self.result.steps
+        if len(steps) < self.window:
+            return False
+        if len(steps) >= self.longest:
+            return True
+        return settled(
+            [step.seconds for step in steps],
+            [step.data_starved_seconds for step in steps],
+            self.window,
+            self.thresholds,
+        )
 
     # --- the measured window -------------------------------------------------------------------
 
@@ -377,3 +405,23 @@ class Probe:
             child.terminate()
         for child in multiprocessing.active_children():
             child.join(timeout=2)
+
+
+def _batch_ready(iterator) -> bool | None:
+    """Whether the iterator's next batch is already loaded, so that `next()` only hands it over:
+    False for a single-process iterator (it loads the batch now, on the step's time), None when the
+    iterator is of a kind this does not know. A worker-fed iterator's hand-over (unpickling, receiving
+    the shared memory from the worker) costs a millisecond or two, however many workers there are;
+    only a wait for a batch not yet loaded is one that more workers, or cheaper samples, would cut."""
+    if isinstance(iterator, _SingleProcessDataLoaderIter):
+        return False
+    try:  # torch's multiprocessing iterator, read as torch 1.x to 2.x lays it out
+        arrived = iterator._task_info.get(iterator._rcvd_idx)
+        if arrived is not None and len(arrived) == 2:  # came early, out of order
+            return True
+        data = iterator._data_queue
+        if isinstance(data, queue.Queue):  # filled by the pin-memory thread
+            return not data.empty()
+        return bool(data._reader.poll())  # a multiprocessing queue: a batch is waiting in its pipe
+    except Exception:
+        return None

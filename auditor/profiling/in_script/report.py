@@ -88,6 +88,8 @@ class LoaderRecord:
     wait_seconds: float = 0.0  # time the script waited in `next()` in the window
     first_batch_wait_seconds: float = 0.0  # of that, waiting for a fresh iterator's first batch
     iterators: int = 0  # iterators started in the window (a new epoch, or a loader per call)
+    # of wait_seconds, the waits for batches that were not loaded yet (not a worker's batch handed over)
+    starved_seconds: float = 0.0
 
 
 @dataclass
@@ -95,6 +97,8 @@ class StepRecord:
     seconds: float
     data_wait_seconds: float
     sync_seconds: float  # time inside calls that synchronized (CUDA only; 0 on a CPU machine)
+    # of data_wait_seconds, the waits for batches that were not loaded yet (see probe._batch_ready)
+    data_starved_seconds: float = 0.0
 
 
 @dataclass
@@ -105,6 +109,7 @@ class ProbeReport:
     cpu_count: int
     warmup: int
     window: int  # the number of steps asked for
+    longest: int = 0  # how far the window could go on until its estimates were decided
     step_kind: str | None = None  # "optimizer" (optimizer.step() ends a step) or "batch"
     steps_seen: int = 0
     step_site: tuple[str, int] | None = None  # the line whose call ends a step
