@@ -144,6 +144,9 @@ LAYERS = {
         "loopaudit.rule_api",
     ),
     "loopaudit.rules": ("loopaudit.rule_api",),
+    # A user's test suite imports it: the spy that runs in the script's process and the scan's reading
+    # of suppression comments, nothing of the commands or the analysis.
+    "loopaudit.testing": ("loopaudit.profiling.in_script", "loopaudit.scan.suppression"),
 }
 
 

@@ -21,9 +21,9 @@ from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
 from loopaudit.profiling.in_loopaudit.breakdown import PARTS, Breakdown
 from loopaudit.profiling.in_loopaudit.compare import Change, Comparison
-from loopaudit.profiling.in_loopaudit.evidence import describe_site
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
+from loopaudit.profiling.in_script.report import describe_site
 from loopaudit.reporting import full
 from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
 

@@ -147,10 +147,10 @@ def _data_wait(before: list[dict], after: list[dict]) -> Change | None:
     if first is None or second is None:
         return None  # no DataLoader seen in one of the runs
     difference = second.value - first.value
-    if None in (first.low, first.high, second.low, second.high):
-        low = high = None
-    else:
-        margin = math.hypot((first.high - first.low) / 2, (second.high - second.low) / 2)  # type: ignore[operator]
+    low: float | None = None
+    high: float | None = None
+    if first.low is not None and first.high is not None and second.low is not None and second.high is not None:
+        margin = math.hypot((first.high - first.low) / 2, (second.high - second.low) / 2)
         low, high = difference - margin, difference + margin
     if first.value == second.value == 0:
         low = high = 0.0

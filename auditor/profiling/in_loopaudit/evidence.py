@@ -20,6 +20,7 @@ from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport, StepRecord
+from loopaudit.profiling.in_script.report import describe_site as describe_site  # the rule API's name for it
 from loopaudit.profiling.in_script.stability import (
     Estimate,
     Transient,
@@ -125,26 +126,3 @@ class RunEvidence:
         if self.report.step_site is not None:
             return self.report.step_site
         return self.script, None
-
-
-# How a report names what synchronized, by the spy's kind of site.
-_KIND_LABELS = {
-    "item": "`.item()`",
-    "tolist": "`.tolist()`",
-    "bool": "a tensor used as a Python bool (`if t:`, `while t:`, `and`/`or`)",
-    "float": "`float(tensor)`",
-    "int": "`int(tensor)`",
-    "index": "a tensor used as a Python index",
-    "format": "printing or formatting a tensor",
-    "boolean-mask index": "boolean-mask indexing `x[mask]`",
-    "cuda sync": "a synchronizing CUDA call (reported by torch's sync check)",
-    "empty_cache": "`torch.cuda.empty_cache()`",
-}
-
-
-def describe_site(kind: str, call: str) -> str:
-    """`.item()`, `torch.nonzero()`, `.cpu()`: the call as the user wrote it, as far as we know."""
-    if kind in _KIND_LABELS:
-        return _KIND_LABELS[kind]
-    owner, _, name = call.rpartition(".")
-    return f"`.{name}()`" if owner == "Tensor" else f"`{call}()`"

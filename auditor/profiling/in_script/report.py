@@ -151,3 +151,26 @@ class ProbeReport:
         if values.get("step_site") is not None:
             values["step_site"] = tuple(values["step_site"])
         return cls(**values)
+
+
+# How a report names what synchronized, by the spy's kind of site.
+_KIND_LABELS = {
+    "item": "`.item()`",
+    "tolist": "`.tolist()`",
+    "bool": "a tensor used as a Python bool (`if t:`, `while t:`, `and`/`or`)",
+    "float": "`float(tensor)`",
+    "int": "`int(tensor)`",
+    "index": "a tensor used as a Python index",
+    "format": "printing or formatting a tensor",
+    "boolean-mask index": "boolean-mask indexing `x[mask]`",
+    "cuda sync": "a synchronizing CUDA call (reported by torch's sync check)",
+    "empty_cache": "`torch.cuda.empty_cache()`",
+}
+
+
+def describe_site(kind: str, call: str) -> str:
+    """`.item()`, `torch.nonzero()`, `.cpu()`: the call as the user wrote it, as far as we know."""
+    if kind in _KIND_LABELS:
+        return _KIND_LABELS[kind]
+    owner, _, name = call.rpartition(".")
+    return f"`.{name}()`" if owner == "Tensor" else f"`{call}()`"

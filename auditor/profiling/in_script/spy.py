@@ -124,10 +124,13 @@ class SyncSpy:
         # Inside a DataLoader's `__next__` (single-process loading): `Dataset.__getitem__` and the
         # collate function build the batch on the host, so nothing they read can wait for a GPU.
         self.fetching = False
+        # DataLoader workers forked while it is installed inherit the wrappers: they must stay quiet.
+        os.register_at_fork(after_in_child=self.disable)
 
     # --- installing ----------------------------------------------------------------------------
 
     def install(self) -> None:
+        self._enabled = True
         for owner, name, kind, accepts in ENTRY_POINTS:
             self._patch(owner, name, self._watch(owner, name, kind, accepts))
         self._patch(torch.Tensor, "__getitem__", self._watch_index())
@@ -135,8 +138,6 @@ class SyncSpy:
             self._patch(torch.Tensor, name, self._watch_copy(name))
         for owner, name in SYNCHRONIZE:
             self._patch(owner, name, self._watch(owner, name, "synchronize", _ALWAYS, device_free=True))
-        # DataLoader workers forked during the window inherit the wrappers: they must stay quiet.
-        os.register_at_fork(after_in_child=self.disable)
 
     def uninstall(self) -> None:
         self._enabled = False
@@ -160,6 +161,10 @@ class SyncSpy:
             record.discard()
         self.stall_seconds = 0.0
 
+    def _watches_this_thread(self) -> bool:
+        """The script's main thread only: its steps are what the probe measures."""
+        return threading.get_ident() == self._thread
+
     def disable(self) -> None:
         """Count nothing more (the wrappers stay until `uninstall`): in a forked worker, and once
         loopaudit has halted the measurement."""
@@ -182,7 +187,7 @@ class SyncSpy:
         def make(original):
             @functools.wraps(original)
             def watched(*args, **kwargs):
-                if spy._busy or not spy._enabled or threading.get_ident() != spy._thread:
+                if spy._busy or not spy._enabled or not spy._watches_this_thread():
                     return original(*args, **kwargs)
                 if accepts is not None and not accepts(args, kwargs):
                     return original(*args, **kwargs)
@@ -224,7 +229,7 @@ class SyncSpy:
         def make(original):
             @functools.wraps(original)
             def watched(*args, **kwargs):
-                if spy._busy or not spy._enabled or threading.get_ident() != spy._thread:
+                if spy._busy or not spy._enabled or not spy._watches_this_thread():
                     return original(*args, **kwargs)
                 return spy._copy(label, original, args, kwargs)
 
@@ -299,7 +304,7 @@ class SyncSpy:
     def note_sync_warning(self, site: tuple[str, int] | None) -> None:
         """torch's CUDA sync check fired. Inside a watched call that proves the call synchronized;
         anywhere else it is a sync the wrappers cannot see (one made inside C++), counted at `site`."""
-        if not self._enabled or threading.get_ident() != self._thread:
+        if not self._enabled or not self._watches_this_thread():
             return
         if self._current is not None:
             self._current.proven += 1
