@@ -156,3 +156,32 @@ def test_handing_over_ready_batches_is_not_a_stall():
     audit = _audit(_evidence([0.0] * 20))
     assert audit.findings == [] and audit.undecided == []
     assert audit.evidence.data_wait_fraction == pytest.approx(0.15)
+
+
+def test_the_wilson_interval_tells_per_step_from_periodic_and_owns_up_to_half():
+    from loopaudit.profiling.in_script.stability import proportion_interval
+
+    assert proportion_interval(20, 20).against(0.5) == "above"
+    assert proportion_interval(6, 6).against(0.5) == "above"  # the tests' short windows
+    assert proportion_interval(2, 20).against(0.5) == "below"  # every tenth step
+    assert proportion_interval(11, 20).against(0.5) == "inconclusive"
+    every = proportion_interval(20, 20)
+    assert every.high == 1.0 and 0.8 < every.low < 0.85
+    assert proportion_interval(0, 0).low is None
+
+
+def test_a_sync_in_about_half_of_the_steps_is_undecided():
+    from loopaudit.profiling.in_loopaudit.audit import audit_run
+    from loopaudit.profiling.in_script.report import SiteRecord
+    from loopaudit.rules.runtime.sync_observed_in_step import SyncObservedInStep
+
+    evidence = _evidence([0.0] * 20)
+    evidence.report.syncs = [
+        SiteRecord("item", "Tensor.item", "/work/train.py", 30, count=11, steps=11),
+        SiteRecord("item", "Tensor.item", "/work/train.py", 31, count=20, steps=20),
+        SiteRecord("item", "Tensor.item", "/work/train.py", 32, count=2, steps=2),
+    ]
+    audit = audit_run(evidence, [SyncObservedInStep], [])
+    assert [finding.location.row for finding in audit.findings] == [31]
+    ((code, message),) = audit.undecided
+    assert code == "LA601" and "train.py:30 happened in 11 of 20 measured steps" in message

@@ -156,7 +156,8 @@ def _sync_sites(console: Console, audit: RunAudit) -> None:
         stall = _ms(record.seconds * 1000 / steps) if cuda and steps else "—"
         scan = ", ".join(site.static_codes) if site.static_codes else "not found"
         if not site.on_step_path:
-            scan += " (periodic: not reported)"
+            periodic = audit.evidence.step_path(record) == "below"
+            scan += " (periodic: not reported)" if periodic else " (undecided: not reported)"
         table.add_row(
             _shown(f"{site.filename}:{record.line}"),
             _shown(what),

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from loopaudit.rule_api import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule, Undecided
 
 
 class AllocatorFlushObserved(RuntimeRule):
@@ -12,7 +12,8 @@ class AllocatorFlushObserved(RuntimeRule):
         "remove it from the step; if fragmentation causes OOMs set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"
     )
     what_it_flags = (
-        "A line that called `torch.cuda.empty_cache()` in more than half of the measured steps. "
+        "A line that called `torch.cuda.empty_cache()` in more than half of the measured steps (the whole "
+        "95% interval of that share above one half; about half is said to be undecided). "
         "`loopaudit run` counts every call through the function itself (however the script imported it), "
         "with the user's line and, on CUDA, the time spent inside it; on a machine without a GPU the call "
         "does nothing, but it is counted all the same, since on CUDA it would flush the cache. From a "
@@ -72,7 +73,10 @@ class AllocatorFlushObserved(RuntimeRule):
 
     def from_run(self, run):
         for site in run.report.empty_cache:
-            if not run.on_step_path(site):
+            verdict = run.step_path(site)
+            if verdict == "inconclusive":
+                yield Undecided(run.undecided_site(self.code, "`torch.cuda.empty_cache()`", site))
+            if verdict != "above":
                 continue
             counted = run.counted(site)
             if run.cuda:

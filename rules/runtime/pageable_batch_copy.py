@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import ClassVar
 
-from loopaudit.rule_api import Observation, RuntimeRule
+from loopaudit.rule_api import Observation, RuntimeRule, Undecided
 
 
 def _megabytes(count: int) -> str:
@@ -18,7 +18,8 @@ class PageableBatchCopy(RuntimeRule):
     suggestion = "`DataLoader(..., pin_memory=True)`, and copy with `.to(device, non_blocking=True)`"
     what_it_flags = (
         "A DataLoader whose batches the measured steps copied to the GPU from pageable (unpinned) host "
-        "memory, in more than half of the steps, reported at the line that created the loader (where the "
+        "memory, in more than half of the steps (the whole 95% interval of that share above one half), "
+        "reported at the line that created the loader (where the "
         "fix goes), with the lines that copy. On CUDA `loopaudit run` sees each `.to(...)`/`.cuda()` of a "
         "tensor the DataLoader handed out, and whether its memory was pinned. On a machine without a GPU it "
         "reads the loader's live `pin_memory` setting and reports a loader without it whose batches the "
@@ -103,18 +104,21 @@ class PageableBatchCopy(RuntimeRule):
     def from_run(self, run):
         moves_by_loader = defaultdict(list)
         for move in run.report.batch_moves:
-            if run.on_step_path(move):
+            if run.step_path(move) != "below":
                 moves_by_loader[move.loader].append(move)
-        for index, moves in sorted(moves_by_loader.items()):
+        for index, candidates in sorted(moves_by_loader.items()):
             loader = run.report.loaders[index]
             if run.cuda:
-                moves = [move for move in moves if move.pageable]
+                candidates = [move for move in candidates if move.pageable]
             elif loader.pin_memory or not run.scan_reported("LA201", loader.file, loader.line):
                 # Without a GPU the live settings are not a CUDA run's: scripts often pin only
                 # when CUDA is available (`if use_cuda: kwargs.update(pin_memory=True)`). The
                 # scan's LA201 says the source never pins this loader.
-                moves = []
+                candidates = []
+            moves = [move for move in candidates if run.on_step_path(move)]
             if not moves:
+                for move in candidates:  # seen in about half of the steps: neither per-step nor periodic
+                    yield Undecided(run.undecided_site(self.code, "a copy of this DataLoader's batch", move))
                 continue
             count = sum(move.count for move in moves)
             size = sum(move.bytes for move in moves)

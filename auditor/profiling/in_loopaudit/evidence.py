@@ -1,8 +1,10 @@
 """What the runtime rules read: one measured run of a script, seen through the questions they ask.
 
-A site is on the step path when it happened in more than half of the measured steps. A sync made
-every tenth step by interval logging is not (it costs a tenth as much, and is what the docs
-recommend); one made by every step is, and so is one made twice per step.
+A site is on the step path when it happened in more than half of the measured steps, with the whole
+Wilson interval of that share above one half: a sync made every tenth step by interval logging is
+not (it costs a tenth as much, and is what the docs recommend); one made by every step is, and so is
+one made twice per step. One in, say, 11 of 20 steps cannot be told from either: its rule says it is
+undecided.
 
 Times are judged on the steady steps, with their intervals (profiling/in_script/stability.py): a run
 of steps much slower than the rest (a warm-up that had not ended, another job taking the CPUs) is left
@@ -25,6 +27,7 @@ from loopaudit.profiling.in_script.stability import (
     Estimate,
     Transient,
     median_interval,
+    proportion_interval,
     share_interval,
     steady_indices,
 )
@@ -58,9 +61,23 @@ class RunEvidence:
     def steps_measured(self) -> int:
         return len(self.report.steps)
 
+    def step_path(self, record) -> str:
+        """`record` has a `steps` count (in how many measured steps it happened): "above" when it is on
+        the step path, "below" when it is not, "inconclusive" when the window cannot tell."""
+        return proportion_interval(record.steps, self.steps_measured).against(0.5)
+
     def on_step_path(self, record) -> bool:
-        """`record` has a `steps` count: in how many measured steps it happened."""
-        return self.steps_measured > 0 and record.steps * 2 > self.steps_measured
+        return self.step_path(record) == "above"
+
+    def undecided_site(self, code: str, what: str, record) -> str:
+        """The Undecided message for a site seen in about half of the steps."""
+        share = proportion_interval(record.steps, self.steps_measured)
+        return (
+            f"{code} undecided: {what} at {os.path.basename(record.file)}:{record.line} happened in {record.steps} "
+            f"of {steps_phrase(self.steps_measured, 'measured')} ([{share.low:.0%}, {share.high:.0%}] of the steps), "
+            f"which cannot tell a per-step call from a periodic one; measure more steps (`--steps "
+            f"{max(40, 2 * self.steps_measured)}`) to settle it"
+        )
 
     def per_step(self, count: int) -> float:
         return round(count / self.steps_measured, 3) if self.steps_measured else 0.0

@@ -35,6 +35,7 @@ _T975 = (
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
+_Z975 = 1.959964  # the normal's 97.5th percentile
 _MOST_BATCHES = 20  # more batches than this makes each too short to absorb the steps' correlation
 _FEWEST_BATCHES = 5
 # A side of the window that runs this many times slower than the other is a transient.
@@ -117,6 +118,19 @@ def median_interval(values: Sequence[float]) -> Estimate:
     if k == 0:
         return Estimate(median, None, None, n)  # under 6 values: no interval at 95 %
     return Estimate(median, ordered[k - 1], ordered[n - k], n)
+
+
+def proportion_interval(successes: int, trials: int) -> Estimate:
+    """The share of `trials` steps in which something happened, with its Wilson 95 % interval (which
+    stays inside [0, 1] and behaves at 0 of n and n of n, where the textbook one does not)."""
+    if trials <= 0:
+        return Estimate(0.0, None, None, 0)
+    z = _Z975
+    share = successes / trials
+    scale = 1 + z * z / trials
+    center = (share + z * z / (2 * trials)) / scale
+    half = z / scale * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials))
+    return Estimate(share, max(0.0, center - half), min(1.0, center + half), trials)
 
 
 @dataclass(frozen=True)
