@@ -185,3 +185,19 @@ def test_a_sync_in_about_half_of_the_steps_is_undecided():
     assert [finding.location.row for finding in audit.findings] == [31]
     ((code, message),) = audit.undecided
     assert code == "LA601" and "train.py:30 happened in 11 of 20 measured steps" in message
+
+
+def test_the_report_says_what_is_undecided_and_the_intervals():
+    import io
+
+    from loopaudit.profiling.in_loopaudit.breakdown import from_run
+    from loopaudit.reporting import measured
+
+    evidence = _evidence(([1.0] * 5 + [0.0] * 5) * 4)
+    out = io.StringIO()
+    measured.render_run(_audit(evidence), from_run(evidence), "loopaudit run: train.py", [], out, color=False)
+    text = out.getvalue()
+    assert "Undecided (not reported: the measurement cannot tell)" in text
+    assert "LA602 undecided: the steps waited for batches not yet loaded 5.0% [" in text
+    assert "Step time  median 10.0 ms [10.0 ms, 10.0 ms] over 40 steady steps" in text
+    assert "Waiting for batches not yet loaded  5.0% [" in text
