@@ -99,6 +99,11 @@ def test_exit_zero_and_select():
     assert [line.split()[1] for line in result.out.splitlines() if " LA6" in line] == ["LA602"]
 
 
+def test_a_trace_with_nothing_to_report_says_so_in_concise_output():
+    result = run_cli("analyze", str(TRACES / RESNET_NW4), "--select", "LA602", "--output-format", "concise")
+    assert (result.returncode, result.out) == (0, "All checks passed: no findings in the trace.\n")
+
+
 def test_bad_input_is_a_clear_error(tmp_path):
     (tmp_path / "notes.json").write_text("these are not JSON")
     (tmp_path / "list.json").write_text("[1, 2, 3]")

@@ -261,6 +261,25 @@ def test_since_reports_only_findings_on_changed_lines(tmp_path):
     assert codes_and_lines(tmp_path, "--since", "HEAD") == [("LA101", 8)]
 
 
+def test_since_asks_git_where_the_scanned_files_are_not_where_it_runs(tmp_path):
+    repository = tmp_path / "repo"
+    repository.mkdir()
+    (repository / "train.py").write_text(LEGACY)
+    git("init", "-q", "-b", "main", cwd=repository)
+    git("add", "train.py", cwd=repository)
+    git("commit", "-q", "-m", "legacy", cwd=repository)
+    (repository / "train.py").write_text("import os\n" + LEGACY + NEW_LOOP)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = run_cli(
+        "scan", str(repository / "train.py"), "--since", "HEAD", "--output-format", "concise", cwd=elsewhere
+    )
+    assert result.returncode == 1, result.err
+    assert [line.split()[1] for line in result.out.splitlines() if " LA" in line] == ["LA101"]
+    result = run_cli("scan", str(repository), "--since", "HEAD", "--output-format", "concise", cwd=elsewhere)
+    assert result.returncode == 1, result.err
+
+
 def test_since_errors(tmp_path):
     (tmp_path / "train.py").write_text(LEGACY)
     result = run_cli("scan", "train.py", "--since", "HEAD", cwd=tmp_path)

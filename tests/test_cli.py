@@ -123,6 +123,15 @@ def test_select_and_ignore_take_codes_and_prefixes(project, args, expected):
     assert codes_and_rows(result.out) == expected
 
 
+def test_a_file_that_does_not_parse_is_said_whatever_the_selection(project):
+    (project / "broken.py").write_text("for x in loader\n    pass\n")
+    result = run_cli("scan", "broken.py", "--select", "LA1", "--output-format", "concise", cwd=project)
+    assert result.returncode == 1 and "broken.py:1:16: LA001 syntax error" in result.out
+    # Naming it in --ignore is asking not to hear of it.
+    result = run_cli("scan", "broken.py", "--select", "LA1", "--ignore", "LA001", cwd=project)
+    assert result.returncode == 0
+
+
 def test_unknown_codes_are_usage_errors(project):
     result = run_cli("scan", "train.py", "--ignore", "LA1O1", cwd=project)
     assert result.returncode == 2
@@ -167,6 +176,31 @@ def test_statistics(project):
     ]
     data = json.loads(run_cli("scan", "train.py", "--statistics", "--output-format", "json", cwd=project).out)
     assert data[0] == {"code": "LA101", "name": "item-in-step", "count": 1}
+    (project / "clean.py").write_text("import torch\n")
+    result = run_cli("scan", "clean.py", "--statistics", cwd=project)
+    assert (result.returncode, result.out) == (0, "All checks passed: no findings to count.\n")
+
+
+def test_a_noqa_on_any_line_of_the_statement_counts(project):
+    # The comment after the closing parenthesis of a call spread over lines, and after the colon of
+    # an `if` whose condition is spread over lines.
+    source = TRAIN.replace(
+        "running += loss.item()", "running += float(\n            loss.item()\n        )  # noqa: LA101"
+    )
+    (project / "train.py").write_text(source)
+    result = run_cli("scan", "train.py", "--output-format", "json", "--select", "LA101", cwd=project)
+    assert codes_and_rows(result.out) == []
+    source = TRAIN.replace(
+        "running += loss.item()", "if (\n            loss.item() > 0\n        ):  # noqa: LA101\n            pass"
+    )
+    (project / "train.py").write_text(source)
+    result = run_cli("scan", "train.py", "--output-format", "json", "--select", "LA101", cwd=project)
+    assert codes_and_rows(result.out) == []
+    # A comment on another statement does not.
+    source = TRAIN.replace("running += loss.item()", "running += loss.item()\n        pass  # noqa: LA101")
+    (project / "train.py").write_text(source)
+    result = run_cli("scan", "train.py", "--output-format", "json", "--select", "LA101", cwd=project)
+    assert codes_and_rows(result.out) == [(9, "LA101")]
 
 
 def test_stdin_with_a_filename(project):

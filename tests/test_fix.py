@@ -235,3 +235,35 @@ def test_an_added_keyword_follows_the_call_s_layout_and_keeps_its_comments(tmp_p
     script.write_text(before)
     run_cli("scan", "train.py", "--fix", cwd=tmp_path)
     assert script.read_text() == after
+
+
+def test_a_keyword_added_before_a_closing_parenthesis_on_its_own_line_looks_hand_written(tmp_path):
+    # No trailing comma and `)` on a line of its own: the new argument gets a line at the arguments'
+    # indentation, the comment stays with its argument, and no line ends in a space.
+    before = textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader
+        loader = DataLoader(
+            dataset,
+            batch_size=32,
+            collate_fn=lambda batch: torch.stack(
+                batch
+            )
+        )
+        other = DataLoader(
+            dataset, batch_size=32  # the batch
+        )
+        for a, b in zip(loader, other):
+            model(a.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+    """)
+    after = before.replace("        batch\n    )\n)", "        batch\n    ),\n    pin_memory=True\n)").replace(
+        "    dataset, batch_size=32  # the batch\n)", "    dataset, batch_size=32,  # the batch\n    pin_memory=True\n)"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(before)
+    run_cli("scan", "train.py", "--fix", cwd=tmp_path)
+    fixed = script.read_text()
+    assert fixed == after
+    assert not any(line != line.rstrip() for line in fixed.splitlines())
+    cst.parse_module(fixed)

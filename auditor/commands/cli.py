@@ -38,7 +38,7 @@ from loopaudit.findings.baseline import BaselineError, new_findings
 from loopaudit.findings.baseline import load as load_baseline
 from loopaudit.findings.baseline import write as write_baseline_file
 from loopaudit.findings.finding import Finding
-from loopaudit.findings.since import SinceError, changed_lines, on_changed_lines
+from loopaudit.findings.since import SinceError, changed_lines_under, on_changed_lines
 from loopaudit.reporting import FORMATS, format_names
 from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
 from loopaudit.rule_api.docs import rule_markdown
@@ -219,7 +219,7 @@ def scan(
             err=True,
         )
         raise typer.Exit(failed or EXIT_CLEAN)
-    findings, hidden = _narrow(findings, since, known)
+    findings, hidden = _narrow(findings, since, known, paths)
 
     use_color = sys.stdout.isatty() if color is None else color
     if statistics:
@@ -297,12 +297,12 @@ def _say_skipped(skipped: list[tuple[str, str]], shown: int = 3) -> None:
     typer.echo(f"loopaudit: warning: skipped what cannot be read as a file: {listed}{more}", err=True)
 
 
-def _narrow(findings, since: str | None, known: frozenset[str] | None):
+def _narrow(findings, since: str | None, known: frozenset[str] | None, paths: list[str]):
     """The findings `--since` and `--baseline` keep, and what they left out, for the summary."""
     hidden = []
     if since:
         try:
-            changes = changed_lines(since)
+            changes = changed_lines_under(since, paths)
         except SinceError as error:
             raise usage_error(str(error)) from None
         kept = on_changed_lines(findings, changes)
@@ -419,6 +419,9 @@ def _print_statistics(findings, output_format: OutputFormat, color: bool) -> Non
     if output_format is OutputFormat.json:
         data = [{"code": code, "name": rule.name if rule else None, "count": count} for code, count, rule in rows]
         typer.echo(json.dumps(data, indent=2))
+        return
+    if not rows:
+        typer.echo("All checks passed: no findings to count.")
         return
     width = max(5, len(str(len(findings))))
     typer.echo(f"{'count':>{width}}  {'code':<6} rule")

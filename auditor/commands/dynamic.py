@@ -223,6 +223,8 @@ def run(
         measured.render_run(audit, breakdown, headline, notes, sys.stdout, _color(color))
     else:
         FORMATS[output_format.value](audit.findings, sys.stdout, _color(color))
+        if output_format is OutputFormat.concise and not audit.findings:
+            typer.echo("All checks passed: no findings in the measured steps.")
     if output_format is not OutputFormat.full:
         for note in notes if script_failed or outcome.timed_out or outcome.interrupted else []:
             typer.echo(f"loopaudit: {note}", err=True)
@@ -387,6 +389,8 @@ def analyze(
         measured.render_trace(analysis, breakdown, findings, sys.stdout, _color(color))
     else:
         FORMATS[output_format.value](findings, sys.stdout, _color(color))
+        if output_format is OutputFormat.concise and not findings:
+            typer.echo("All checks passed: no findings in the trace.")
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 

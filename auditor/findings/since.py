@@ -74,6 +74,31 @@ def changed_lines(revision: str, cwd: Path | None = None) -> dict[str, set[int] 
     return changes
 
 
+def changed_lines_under(revision: str, paths: Sequence[str]) -> dict[str, set[int] | None]:
+    """changed_lines in every git repository the scanned paths are in (asked from each path, not
+    from the working directory: `cd /tmp && loopaudit scan --since HEAD ~/repo` is the repository's
+    diff). `-` (stdin) asks from the working directory."""
+    folders = []
+    for path in paths:
+        if path == "-":
+            folders.append(Path.cwd())
+            continue
+        folder = Path(path).resolve()
+        while not folder.is_dir() and folder != folder.parent:  # a file, or a path that is not there
+            folder = folder.parent
+        folders.append(folder)
+    tops: dict[Path, Path] = {}
+    for folder in dict.fromkeys(folders or [Path.cwd()]):
+        try:
+            tops[Path(_git("rev-parse", "--show-toplevel", cwd=folder).strip())] = folder
+        except SinceError:
+            raise SinceError(f"--since: {folder} is not inside a git repository") from None
+    changes: dict[str, set[int] | None] = {}
+    for top in tops:
+        changes.update(changed_lines(revision, top))
+    return changes
+
+
 def on_changed_lines(findings: Sequence[Finding], changes: dict[str, set[int] | None]) -> list[Finding]:
     kept = []
     for finding in findings:

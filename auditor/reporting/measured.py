@@ -348,7 +348,7 @@ def _change(change: Change) -> str:
 
 def render_comparison(comparison: Comparison, out: TextIO, color: bool) -> None:
     console = _console(out, color)
-    console.print(_shown(f"loopaudit compare: {comparison.before} -> {comparison.after}", style="bold"))
+    console.print(_shown(f"loopaudit compare: {comparison.before} → {comparison.after}", style="bold"))
     for note in comparison.notes:
         console.print(_shown(note))
     console.print()

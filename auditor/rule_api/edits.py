@@ -50,6 +50,21 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
                 )
             )
         )
+    elif (
+        not isinstance(last.comma, cst.Comma)
+        and isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace)
+        and layout
+    ):
+        # The closing parenthesis on a line of its own, no trailing comma: the new argument goes on a
+        # line of its own at the arguments' indentation, and the line break before `)` moves after it
+        # (without a trailing comma, as the user wrote the call). A comment ending the last argument's
+        # line stays on that line.
+        closing = last.whitespace_after_arg
+        args[-1] = last.with_changes(
+            comma=cst.Comma(whitespace_after=layout.with_changes(first_line=closing.first_line, empty_lines=[])),
+            whitespace_after_arg=cst.SimpleWhitespace(""),
+        )
+        args.append(new.with_changes(whitespace_after_arg=closing.with_changes(first_line=cst.TrailingWhitespace())))
     elif isinstance(last.comma, cst.Comma):  # `f(a, b,)` on one line
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(new.with_changes(comma=last.comma))

@@ -39,11 +39,16 @@ def rule_by_code(code: str) -> type[Rule] | None:
 
 
 def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[type[Rule], ...]:
-    """ruff's semantics: `--select` codes or prefixes (default: all), minus `--ignore` ones."""
+    """ruff's semantics: `--select` codes or prefixes (default: all), minus `--ignore` ones. A file
+    that cannot be read or parsed (the FileRules, LA001-LA003) is said whatever the selection: a
+    `--select LA1` that hid a syntax error would pass a file it never checked. Only `--ignore` (or a
+    per-file ignore) naming one silences it."""
     chosen = all_rules()
     if select:
         prefixes = [code.upper() for code in select]
-        chosen = tuple(rule for rule in chosen if any(rule.code.startswith(p) for p in prefixes))
+        chosen = tuple(
+            rule for rule in chosen if issubclass(rule, FileRule) or any(rule.code.startswith(p) for p in prefixes)
+        )
     if ignore:
         prefixes = [code.upper() for code in ignore]
         chosen = tuple(rule for rule in chosen if not any(rule.code.startswith(p) for p in prefixes))

@@ -41,6 +41,17 @@ class Placed:
     indent: tuple[str, ...]
 
 
+def _header_end(statement: cst.CSTNode | None) -> cst.CSTNode | None:
+    """The last node of a compound statement's header (before its colon), where it has one."""
+    if isinstance(statement, (cst.If, cst.While)):
+        return statement.test
+    if isinstance(statement, cst.For):
+        return statement.iter
+    if isinstance(statement, cst.With) and statement.items:
+        return statement.items[-1]
+    return None
+
+
 class Positions:
     """CodeRange (PositionProvider's kind: syntax, without the whitespace around it) of any node of
     one module, computed for the nodes asked about."""
@@ -86,6 +97,31 @@ class Positions:
     def innermost_statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The smallest statement of a block that holds `node` (or is it)."""
         return next((statement for statement, _ in self._statements_around(node)), None)
+
+    def suppression_rows(self, node: cst.CSTNode) -> range:
+        """The lines whose `# noqa` applies to a finding at `node`: those of the simple statement
+        holding it (a comment after the closing parenthesis of a call spread over lines counts), or
+        of the header of the `if`/`while`/`for`/`with` whose condition or iterable holds it; else the
+        node's own lines."""
+        span = self[node]
+        first, last = span.start.line, span.end.line
+        statement = self.innermost_statement(node)
+        if isinstance(statement, cst.SimpleStatementLine):
+            around = self[statement]
+            return range(min(first, around.start.line), max(last, around.end.line) + 1)
+        header = _header_end(statement)
+        if header is not None and last <= self[header].end.line:
+            # The header ends on the colon's line, which a parenthesized condition can push below its
+            # last token (the parentheses are not part of the expression's range): the line before
+            # the body's first statement and the comments above it.
+            block = cast(cst.If, statement).body
+            header_end = self[header].end.line
+            if isinstance(block, cst.IndentedBlock) and block.body:
+                opening = block.body[0]
+                comments = len(getattr(opening, "leading_lines", ()))  # every statement kind has them
+                header_end = max(header_end, self[opening].start.line - 1 - comments)
+            return range(min(first, self[cast(cst.CSTNode, statement)].start.line), header_end + 1)
+        return range(first, last + 1)
 
     def _statements_around(self, node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, tuple[str, ...]]]:
         """The statements of a block that hold `node`, innermost first, each with the indentation

@@ -91,7 +91,7 @@ def to_findings(module: cst.Module, text: str, display_name: str, raw, positions
         span = positions[report.node]
         row = span.start.line
         key = (rule_class.code, row)
-        if key in findings or is_suppressed(rule_class.code, range(row, span.end.line + 1), suppressed):
+        if key in findings or is_suppressed(rule_class.code, positions.suppression_rows(report.node), suppressed):
             continue
         related = _places(report, row, positions, lines)
         findings[key] = (
@@ -146,7 +146,7 @@ def _describe(reason: StepReason, line_of, module: cst.Module, file: str | None 
             header = _loop_header(reason.node, module)
             where = f"step loop `{header}` ({at})"
     if reason.via:
-        where += ", through " + " -> ".join(f"`{name}()`" for name in reason.via)
+        where += ", through " + " → ".join(f"`{name}()`" for name in reason.via)
     return where
 
 
