@@ -111,3 +111,38 @@ def test_gitlab_job_commands(pull_request):
     assert run(gate, pull_request).returncode == 1
     since = run(gate.replace("--baseline loopaudit-baseline.json", '--since "origin/main"'), pull_request)
     assert since.returncode == 1 and "train.py:7:" in since.stdout and "lines 8, 9" in since.stdout
+
+
+def install_lines() -> list[str]:
+    (workflow,) = [block for block in yaml_blocks() if "jobs" in block]
+    github = [step["run"] for step in workflow["jobs"]["loopaudit"]["steps"] if "pip install" in step.get("run", "")]
+    (pipeline,) = [block for block in yaml_blocks() if "loopaudit" in block and "script" in block["loopaudit"]]
+    gitlab = [line for line in pipeline["loopaudit"]["script"] if line.startswith("pip install")]
+    return github + gitlab
+
+
+def test_the_jobs_install_what_exists_a_pinned_commit_not_a_package_that_is_not_published():
+    lines = install_lines()
+    assert len(lines) == 2 and len(set(lines)) == 1
+    requirement = re.fullmatch(r'pip install "(loopaudit @ git\+https://\S+@([0-9a-f]{40}))"', lines[0])
+    assert requirement, lines[0]
+
+
+@pytest.mark.slow
+def test_the_documented_install_form_installs_from_a_git_commit(tmp_path):
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    documented = re.fullmatch(r'pip install "loopaudit @ (git\+https://\S+)@[0-9a-f]{40}"', install_lines()[0])
+    assert documented
+    # The same form, pointed at this repository's own HEAD instead of GitHub (no network here). The
+    # host is named: pip before 24 refuses `git+file:///path` in a direct reference as "a path".
+    requirement = f"loopaudit @ git+file://localhost{REPO}@{head.stdout.strip()}"
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    pip = tmp_path / "venv" / "bin" / "pip"
+    installed = subprocess.run(
+        [str(pip), "install", "--quiet", "--no-deps", requirement], capture_output=True, text=True, timeout=600
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    shown = subprocess.run([str(pip), "show", "loopaudit"], capture_output=True, text=True, check=True)
+    assert "Name: loopaudit" in shown.stdout

@@ -173,7 +173,9 @@ def test_a_clean_loop_with_workers_and_interval_logging(tmp_path):
     assert not_ready["value"] <= document["data_wait_fraction"] and not_ready["high"] < 0.05
     assert lines_of(document, "LA602") == [] and document["undecided"] == []
     time = document["estimates"]["step_time_ms"]
-    assert time["low"] <= time["value"] == document["step_time_ms"]["median"] <= time["high"]
+    assert time["value"] == document["step_time_ms"]["median"]
+    # The steady steps (all 20, unless a busy machine made a run of them a transient: at least 6 stay).
+    assert time["steps"] >= 6 and time["low"] <= time["value"] <= time["high"]
     # The script's own output goes to stderr when stdout carries JSON.
     assert "started with lr=0.1 context=fork data=cifar" in result.err
 

@@ -40,7 +40,9 @@ _MOST_BATCHES = 20  # more batches than this makes each too short to absorb the 
 _FEWEST_BATCHES = 5
 # A side of the window that runs this many times slower than the other is a transient.
 TRANSIENT_RATIO = 2.0
-_SHORTEST_SIDE = 5  # steps: a shorter run of slow steps is noise the interval absorbs
+# Steps: a shorter run of slow steps is noise the interval absorbs, and the steady side always has
+# enough steps for the median's interval (6).
+_SHORTEST_SIDE = 6
 
 
 def t_quantile(degrees: int) -> float:
