@@ -1,4 +1,4 @@
-"""Which files a scan reads: the paths given, and the *.py files under given folders.
+"""Which files a scan reads: the paths given, and the *.py and *.ipynb files under given folders.
 
 Walking a folder skips what is never the user's own code (.git, virtual environments, build and cache
 folders) and honours every .gitignore from the repository root down, through pathspec's
@@ -93,7 +93,7 @@ def _is_virtualenv(folder: Path) -> bool:
 
 
 def _walk(root: Path, skipped: list[tuple[str, str]]) -> Iterator[tuple[Path, str]]:
-    """(path, resolved path) of each *.py file under `root` that is not skipped or ignored."""
+    """(path, resolved path) of each *.py and *.ipynb file under `root` that is not skipped or ignored."""
     # The .gitignore files that apply in each folder: those above it, then its own.
     inherited = {root.resolve(): _ignores_above(root)}
 
@@ -118,7 +118,7 @@ def _walk(root: Path, skipped: list[tuple[str, str]]) -> Iterator[tuple[Path, st
             inherited[sub.resolve()] = specs
         subfolders[:] = kept
         for name in sorted(filenames):
-            if not name.endswith(".py"):
+            if not name.endswith((".py", ".ipynb")):  # scripts and Jupyter notebooks
                 continue
             file = here / name
             # Resolving every file costs a system call per folder of its path: only a link needs it.

@@ -19,6 +19,11 @@ class Location:
     column: int  # 1-based, like ruff's JSON
 
 
+def cell_place(filename: str, cell: int | None, location: Location) -> str:
+    inside = f"cell {cell}:" if cell is not None else ""
+    return f"{filename}:{inside}{location.row}:{location.column}"
+
+
 @dataclass(frozen=True)
 class Edit:
     """Replace the text from `start` to `end` (offsets in the decoded source) with `content`."""
@@ -59,14 +64,16 @@ class Related:
     # "member": another report of the same group, a problem place of its own ("another read in this
     # step"); "place": a line the one problem involves (where the moved tensor is built)
     kind: str = "member"
+    cell: int | None = None  # in a notebook: the cell (from 1), and the location is in it
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "location": asdict(self.location),
             "end_location": asdict(self.end_location),
             "message": self.message,
             "kind": self.kind,
         }
+        return {"cell": self.cell, **data} if self.cell is not None else data  # a script's places keep their shape
 
 
 @dataclass(frozen=True)
@@ -91,9 +98,16 @@ class Finding:
     # The other lines of the same problem, in line order: the other members of its group (rule.Group;
     # the finding is at the first) and the places its report named (rule.Report.places).
     related: tuple[Related, ...] = ()
+    # In a notebook: the cell (numbered from 1, every cell counted, as editors count them); the
+    # locations are lines of that cell. None for a Python file. JSON `cell`, as ruff's.
+    cell: int | None = None
+
+    def place(self) -> str:
+        """ "train.py:12:5", or "train.ipynb:cell 3:2:5" in a notebook."""
+        return cell_place(self.filename, self.cell, self.location)
 
     def sort_key(self) -> tuple:
-        return (self.filename, self.location, self.code)
+        return (self.filename, self.cell or 0, self.location, self.code)
 
     def rows(self) -> frozenset[int]:
         """Every line the finding is about: its span and its related places' spans."""

@@ -18,4 +18,4 @@ NAME = "concise"  # as `--output-format` and `output-format` name it
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     stream = EncodableStream(out)
     for f in findings:
-        stream.write(terminal_ready(f"{f.filename}:{f.location.row}:{f.location.column}: {f.code} {f.message}") + "\n")
+        stream.write(terminal_ready(f"{f.place()}: {f.code} {f.message}") + "\n")

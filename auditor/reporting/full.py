@@ -52,7 +52,7 @@ def _finding(f: Finding, encoding: str) -> Text:
 
     style = "bold red" if f.severity == "error" else "bold yellow"
     text = Text()
-    text.append(f"{shown(f.filename)}:{f.location.row}:{f.location.column}", style="bold")
+    text.append(shown(f.place()), style="bold")
     text.append(": ")
     text.append(f.code, style=style)
     text.append(f" {shown(f.message)}\n")

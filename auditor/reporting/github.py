@@ -28,14 +28,17 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     stream = EncodableStream(out)  # the runner reads UTF-8: a name that is not gets its bytes as `\xff`
     for f in findings:
         level = "error" if f.severity == "error" else "warning"
-        properties = ",".join(
-            [
-                f"title={_escape_property('loopaudit ' + f.code)}",
-                f"file={_escape_property(f.filename)}",
+        fields = [f"title={_escape_property('loopaudit ' + f.code)}", f"file={_escape_property(f.filename)}"]
+        message = f"{f.code} {f.message}"
+        if f.cell is None:
+            fields += [
                 f"line={f.location.row}",
                 f"col={f.location.column}",
                 f"endLine={f.end_location.row}",
                 f"endColumn={f.end_location.column}",
             ]
-        )
-        stream.write(f"::{level} {properties}::{_escape_data(f'{f.code} {f.message}')}\n")
+        else:
+            # A notebook's lines are not the JSON file's the pull request shows: the annotation goes
+            # on the file, and the message says the cell and its line.
+            message = f"cell {f.cell}, line {f.location.row}: {message}"
+        stream.write(f"::{level} {','.join(fields)}::{_escape_data(message)}\n")

@@ -20,13 +20,17 @@ _SEVERITIES = {"error": "critical", "warning": "major", "info": "info"}
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
     report = [
         {
-            "description": f"{finding.code} {finding.message}",
+            "description": (f"cell {finding.cell}, line {finding.location.row}: " if finding.cell else "")
+            + f"{finding.code} {finding.message}",
             "check_name": finding.code,
             "fingerprint": fingerprint,
             "severity": _SEVERITIES.get(finding.severity, "major"),
             "location": {
                 "path": Path(finding.filename).as_posix(),
-                "lines": {"begin": finding.location.row, "end": finding.end_location.row},
+                # A notebook's cell lines are not the file's: the widget gets its first line.
+                "lines": {"begin": finding.location.row, "end": finding.end_location.row}
+                if finding.cell is None
+                else {"begin": 1, "end": 1},
             },
         }
         for finding, fingerprint in zip(findings, fingerprints(findings))

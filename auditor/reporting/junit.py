@@ -30,15 +30,11 @@ def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
             suites, "testsuite", name=name, tests=str(len(found)), failures=str(len(found)), errors="0"
         )
         for finding in found:
-            where = f"{name}:{finding.location.row}:{finding.location.column}"
-            case = ElementTree.SubElement(
-                suite,
-                "testcase",
-                name=f"{finding.code} at {where}",
-                classname=name,
-                file=name,
-                line=str(finding.location.row),
-            )
+            where = xml_ready(finding.place())
+            attributes = {"name": f"{finding.code} at {where}", "classname": name, "file": name}
+            if finding.cell is None:  # a notebook's cell lines are not the file's: no `line` there
+                attributes["line"] = str(finding.location.row)
+            case = ElementTree.SubElement(suite, "testcase", attributes)
             message = xml_ready(finding.message)
             failure = ElementTree.SubElement(case, "failure", message=message, type=finding.code)
             failure.text = f"{where}: {finding.code} {message}"

@@ -56,7 +56,11 @@ def _rule_descriptor(code: str, url: str | None) -> dict:
 
 
 def _physical_location(filename: str, where: Finding | Related) -> dict:
-    """Where a finding, or one of its related places, is: the file and the region of its span."""
+    """Where a finding, or one of its related places, is: the file and the region of its span (in a
+    notebook, the file alone: its cells' lines are not the JSON file's; the message names the cell)."""
+    artifact = {"artifactLocation": {"uri": artifact_uri(filename), "uriBaseId": "%SRCROOT%"}}
+    if where.cell is not None:
+        return artifact
     region: dict[str, object] = {
         "startLine": where.location.row,
         "startColumn": where.location.column,
@@ -65,7 +69,11 @@ def _physical_location(filename: str, where: Finding | Related) -> dict:
     }
     if where.source_line is not None:
         region["snippet"] = {"text": where.source_line}
-    return {"artifactLocation": {"uri": artifact_uri(filename), "uriBaseId": "%SRCROOT%"}, "region": region}
+    return {**artifact, "region": region}
+
+
+def _in_cell(where: Finding | Related) -> str:
+    return f"cell {where.cell}, line {where.location.row}: " if where.cell is not None else ""
 
 
 def document(findings: Sequence[Finding]) -> dict:
@@ -78,7 +86,11 @@ def document(findings: Sequence[Finding]) -> dict:
             "ruleId": finding.code,
             "ruleIndex": index[finding.code],
             "level": _LEVELS.get(finding.severity, "warning"),
-            "message": {"text": finding.message + (f"\nHelp: {finding.suggestion}" if finding.suggestion else "")},
+            "message": {
+                "text": _in_cell(finding)
+                + finding.message
+                + (f"\nHelp: {finding.suggestion}" if finding.suggestion else "")
+            },
             "locations": [{"physicalLocation": _physical_location(finding.filename, finding)}],
             "partialFingerprints": {"loopaudit/v1": fingerprint},
         }
@@ -87,7 +99,7 @@ def document(findings: Sequence[Finding]) -> dict:
                 {
                     "id": number,
                     "physicalLocation": _physical_location(finding.filename, place),
-                    "message": {"text": place.message},
+                    "message": {"text": _in_cell(place) + place.message},
                 }
                 for number, place in enumerate(finding.related, 1)
             ]

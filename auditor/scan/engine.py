@@ -32,6 +32,7 @@ from loopaudit.rule_api.registry import rule_by_code
 from loopaudit.rule_api.rule import Report, Rule
 from loopaudit.scan import collector
 from loopaudit.scan.form_feeds import without_leading_form_feeds
+from loopaudit.scan.notebooks import NotebookError, is_notebook, located, read_notebook
 from loopaudit.scan.options import ScanOptions
 from loopaudit.scan.positions import Positions
 from loopaudit.scan.prefilter import may_contain_findings
@@ -86,6 +87,8 @@ def _analyze_bytes(
     facts: ProjectFacts | None,
     path: str | None = None,
 ) -> FileAnalysis:
+    if is_notebook(path or display_name):
+        return _analyze_notebook(data, display_name, options, explicit, facts, path)
     if b"\0" in data:
         problem = "binary file (it contains NUL bytes), not Python source"
         return FileAnalysis(file_problem(UNREADABLE_FILE, display_name, options, problem))
@@ -102,6 +105,23 @@ def _analyze_bytes(
         problem = f"not {error.encoding} text (byte {error.start} cannot be decoded)"
         return FileAnalysis(file_problem(UNREADABLE_FILE, display_name, options, problem))
     return analyze_source(text, display_name, options, explicit=explicit, facts=facts, path=path)
+
+
+def _analyze_notebook(
+    data: bytes,
+    display_name: str,
+    options: ScanOptions,
+    explicit: bool,
+    facts: ProjectFacts | None,
+    path: str | None,
+) -> FileAnalysis:
+    """A notebook's code cells as one module (notebooks.py), the findings at their cells."""
+    try:
+        notebook = read_notebook(data)
+    except NotebookError as error:
+        return FileAnalysis(file_problem(UNREADABLE_FILE, display_name, options, str(error)))
+    analysis = analyze_source(notebook.text, display_name, options, explicit=explicit, facts=facts, path=path)
+    return FileAnalysis(located(analysis.findings, notebook), analysis.summary)
 
 
 def passes_prefilter(text: str, options: ScanOptions, in_project: bool = False) -> bool:

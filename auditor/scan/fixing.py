@@ -24,6 +24,7 @@ from loopaudit.analysis.cross_module import ProjectFacts
 from loopaudit.atomic import write_atomically
 from loopaudit.findings.finding import Finding, FixInfo
 from loopaudit.scan.engine import analyze_text
+from loopaudit.scan.notebooks import NotebookError, is_notebook, located, read_notebook, with_new_text
 from loopaudit.scan.options import ScanOptions
 
 MAX_PASSES = 8
@@ -52,6 +53,8 @@ def fix_file(
 ) -> FileFix:
     """`facts`: what the rest of the scanned project said about the file, so each pass finds what the scan found."""
     result = FileFix(path, display)
+    if is_notebook(path):
+        return _fix_notebook(result, options, unsafe=unsafe, write=write, facts=facts)
     try:
         with open(path, "rb") as stream:
             original = stream.read()
@@ -60,6 +63,27 @@ def fix_file(
     except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as error:
         result.problem = f"cannot be fixed: {error}"
         return result
+    text, first, findings, problem = _passes(text, display, options, unsafe, facts)
+    if problem is not None:
+        result.problem = problem
+        return result
+    result.remaining = findings
+    result.fixed = _removed(first, findings)
+    if text == before:
+        return result
+    names = (display, display) if os.path.isabs(display) else (f"a/{display}", f"b/{display}")
+    result.diff = "".join(
+        difflib.unified_diff(before.splitlines(keepends=True), text.splitlines(keepends=True), *names)
+    )
+    if write:
+        result.problem = _write(path, original, text.encode(encoding))
+    return result
+
+
+def _passes(
+    text: str, display: str, options: ScanOptions, unsafe: bool, facts: ProjectFacts | None
+) -> tuple[str, list[Finding], list[Finding], str | None]:
+    """Fix `text` in passes: (the fixed text, the findings before, the findings after, a problem)."""
     findings = analyze_text(text, display, options, facts=facts)
     first = findings
     for _ in range(MAX_PASSES):
@@ -72,21 +96,69 @@ def fix_file(
         try:
             cst.parse_module(candidate)
         except cst.ParserSyntaxError:
-            result.problem = "a fix produced code that does not parse; the file was left alone (please report this)"
-            return result
+            problem = "a fix produced code that does not parse; the file was left alone (please report this)"
+            return text, first, findings, problem
         text = candidate
         findings = analyze_text(text, display, options, facts=facts)
-    result.remaining = findings
-    result.fixed = _removed(first, findings)
-    if text == before:
+    return text, first, findings, None
+
+
+def _fix_notebook(
+    result: FileFix, options: ScanOptions, *, unsafe: bool, write: bool, facts: ProjectFacts | None
+) -> FileFix:
+    """A notebook's code cells fixed as one module, the changed cells written back (notebooks.py);
+    the diff is one per changed cell, `a/train.ipynb:cell 3`."""
+    try:
+        with open(result.path, "rb") as stream:
+            original = stream.read()
+        notebook = read_notebook(original)
+    except (OSError, NotebookError) as error:
+        result.problem = f"cannot be fixed: {error}"
         return result
-    names = (display, display) if os.path.isabs(display) else (f"a/{display}", f"b/{display}")
-    result.diff = "".join(
-        difflib.unified_diff(before.splitlines(keepends=True), text.splitlines(keepends=True), *names)
-    )
+    before_cells = {number: source for number, source in _code_cells(notebook)}
+    text, first, findings, problem = _passes(notebook.text, result.display, options, unsafe, facts)
+    if problem is not None:
+        result.problem = problem
+        return result
+    result.fixed = _removed(first, findings)
+    if text == notebook.text:
+        result.remaining = located(findings, notebook)
+        return result
+    try:
+        data = with_new_text(notebook, text)
+        fixed = read_notebook(data)
+    except NotebookError as error:
+        result.remaining = located(first, notebook)
+        result.fixed = 0
+        result.problem = f"was left alone: {error}"
+        return result
+    result.remaining = located(analyze_text(fixed.text, result.display, options, facts=facts), fixed)
+    diffs = []
+    for number, source in _code_cells(fixed):
+        if source != before_cells.get(number):
+            where = f"{result.display}:cell {number}"
+            names = (where, where) if os.path.isabs(result.display) else (f"a/{where}", f"b/{where}")
+            old, new = before_cells.get(number, ""), source
+            lines = difflib.unified_diff(_lines(old), _lines(new), *names)
+            diffs.append("".join(lines))
+    result.diff = "".join(diffs)
     if write:
-        result.problem = _write(path, original, text.encode(encoding))
+        result.problem = _write(result.path, original, data)
     return result
+
+
+def _lines(source: str) -> list[str]:
+    """A cell's lines for a diff, each ended (a cell's last line often has no line end)."""
+    return [line if line.endswith("\n") else line + "\n" for line in source.splitlines(keepends=True)]
+
+
+def _code_cells(notebook) -> list[tuple[int, str]]:
+    """(cell number, source) of the notebook's code cells."""
+    return [
+        (number, "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"])
+        for number, cell in enumerate(notebook.document["cells"], 1)
+        if cell.get("cell_type") == "code"
+    ]
 
 
 def _non_overlapping(edits) -> list:
