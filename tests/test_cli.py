@@ -168,14 +168,14 @@ def test_statistics(project):
     result = run_cli("scan", "train.py", "--statistics", cwd=project)
     assert result.returncode == 1
     assert result.out.splitlines() == [
-        "count  code   rule",
-        "    1  LA101  item-in-step",
-        "    1  LA104  format-tensor-in-step",
-        "    1  LA106  explicit-synchronize-in-step",
+        "count  code       rule",
+        "    1  LA101      item-in-step",
+        "    1  LA104      format-tensor-in-step",
+        "    1  LA106      explicit-synchronize-in-step",
         "    3  total in 3 rules",
     ]
     data = json.loads(run_cli("scan", "train.py", "--statistics", "--output-format", "json", cwd=project).out)
-    assert data[0] == {"code": "LA101", "name": "item-in-step", "count": 1}
+    assert data[0] == {"code": "LA101", "name": "item-in-step", "count": 1, "fixable": 0}
     (project / "clean.py").write_text("import torch\n")
     result = run_cli("scan", "clean.py", "--statistics", cwd=project)
     assert (result.returncode, result.out) == (0, "All checks passed: no findings to count.\n")

@@ -16,7 +16,7 @@ import pytest
 
 from loopaudit.rule_api.registry import all_rules
 from loopaudit.scan.engine import analyze_text
-from loopaudit.scan.fixing import _write, fix_file
+from loopaudit.scan.fixing import fix_file, write_if_unchanged
 from loopaudit.scan.options import ScanOptions
 
 from .conftest import FIXTURES, run_cli
@@ -156,7 +156,7 @@ def test_a_fix_through_a_symbolic_link_fixes_its_target_and_keeps_the_link(tmp_p
 def test_a_file_changed_on_disk_is_not_overwritten(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("edited by someone else\n")
-    problem = _write(str(script), b"what loopaudit read\n", b"what loopaudit would write\n")
+    problem = write_if_unchanged(str(script), b"what loopaudit read\n", b"what loopaudit would write\n")
     assert problem and "changed on disk" in problem
     assert script.read_text() == "edited by someone else\n"
 

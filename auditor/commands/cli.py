@@ -6,9 +6,13 @@ internal error. Nothing here prints a traceback for anything a user can type or 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
+import time
+import tokenize
 from collections import Counter
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loopaudit import __version__
+from loopaudit.atomic import write_atomically
 from loopaudit.commands.dynamic import analyze, compare, run
 from loopaudit.commands.progress import ScanProgress
 from loopaudit.commands.shared import (
@@ -30,6 +35,7 @@ from loopaudit.commands.shared import (
     PlainHelpCommand,
     build_settings,
     usage_error,
+    wants_color,
 )
 from loopaudit.configuration.config_file import ConfigError
 from loopaudit.configuration.discovery import MissingPath, SourceFile, discover
@@ -43,9 +49,12 @@ from loopaudit.reporting import FORMATS, format_names
 from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
 from loopaudit.rule_api.docs import rule_markdown
 from loopaudit.rule_api.registry import all_rules, rule_by_code
+from loopaudit.scan.add_noqa import with_noqa
 from loopaudit.scan.cache import ENVIRONMENT_VARIABLE, FOLDER_NAME, ResultCache, default_folder
 from loopaudit.scan.collector import own_collector
+from loopaudit.scan.engine import FILE_CODES
 from loopaudit.scan.fixing import applicable, fix_file
+from loopaudit.scan.fixing import write_if_unchanged as write_fixed
 from loopaudit.scan.project_scan import ScanResult, analyze_many, analyze_stdin
 
 app = typer.Typer(
@@ -82,8 +91,15 @@ def scan(
         OutputFormat | None,
         typer.Option(
             "--output-format",
-            help=f"{format_names()} (default: the configuration's, else full).",
+            envvar="LOOPAUDIT_OUTPUT_FORMAT",
+            help=f"{format_names()} (default: $LOOPAUDIT_OUTPUT_FORMAT, else the configuration's, else full).",
             show_default=False,
+        ),
+    ] = None,
+    output_file: Annotated[
+        str | None,
+        typer.Option(
+            "--output-file", "-o", help="Write the report to this file instead of stdout.", show_default=False
         ),
     ] = None,
     select: Annotated[
@@ -101,6 +117,29 @@ def scan(
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
     statistics: Annotated[
         bool, typer.Option("--statistics", help="Print how many findings each rule has instead of the findings.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print the findings alone: no summary, no notes on fixes.")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Say on stderr which files are scanned, the cache's hits and the time."),
+    ] = False,
+    show_files: Annotated[
+        bool, typer.Option("--show-files", help="List the files the scan would read, and exit.")
+    ] = False,
+    show_fixes: Annotated[
+        bool, typer.Option("--show-fixes", help="With --fix: list what was fixed, by file and rule.")
+    ] = False,
+    add_noqa: Annotated[
+        bool,
+        typer.Option("--add-noqa", help="Add a `# noqa: CODE` comment to the line of every finding, and exit."),
+    ] = False,
+    exit_non_zero_on_fix: Annotated[
+        bool,
+        typer.Option(
+            "--exit-non-zero-on-fix", help="With --fix: exit 1 when a file was changed, even if nothing is left."
+        ),
     ] = False,
     stdin_filename: Annotated[str | None, typer.Option(help="The name to report for source read from stdin.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=0, help="Worker processes (0: one per CPU).")] = 0,
@@ -173,10 +212,16 @@ def scan(
     """
     settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
     paths = paths or ["."]
+    if show_files:
+        for source in _files_to_scan(paths, settings, force_exclude):
+            typer.echo(terminal_ready(source.display))
+        raise typer.Exit(EXIT_CLEAN)
     if "-" in paths and len(paths) > 1:
         raise usage_error("`-` (stdin) cannot be combined with other paths")
-    if "-" in paths and (fix or diff):
-        raise usage_error("--fix and --diff work on files, not on stdin")
+    if "-" in paths and (fix or diff or add_noqa):
+        raise usage_error("--fix, --diff and --add-noqa work on files, not on stdin")
+    if add_noqa and (fix or diff):
+        raise usage_error("--add-noqa cannot be combined with --fix or --diff")
     if baseline and write_baseline:
         raise usage_error("--baseline and --write-baseline cannot be combined")
     try:
@@ -194,9 +239,12 @@ def scan(
                 OutputFormat.concise,
             )
         )
+        started = time.perf_counter()
         with ScanProgress("scanning", show_progress) as progress:
             cache = None if no_cache or paths == ["-"] else _open_cache(cache_dir, settings)
             results, files = _scan(paths, stdin_filename, settings, jobs, force_exclude, progress, cache, no_project)
+        if verbose:
+            _say_what_was_scanned(files, cache, time.perf_counter() - started)
         fixes = []
         if fix or diff:
             results.findings, fixes = _fix_files(results, files, settings, unsafe_fixes, write=not diff)
@@ -207,8 +255,10 @@ def scan(
     for problem in problems:
         typer.echo(f"loopaudit: internal error: {terminal_ready(problem)} (please report this)", err=True)
     failed = EXIT_ERROR if problems else None
+    changed = any(result.changed and not result.problem for result in fixes) and fix and not diff
     if diff:
-        raise typer.Exit(failed or _print_diffs(fixes))
+        with _report_to(output_file):
+            raise typer.Exit(failed or _print_diffs(fixes))
     if write_baseline:
         try:
             write_baseline_file(Path(write_baseline), findings)
@@ -220,16 +270,105 @@ def scan(
         )
         raise typer.Exit(failed or EXIT_CLEAN)
     findings, hidden = _narrow(findings, since, known, paths)
+    if add_noqa:
+        raise typer.Exit(failed or _add_noqa_comments(findings, files))
 
-    use_color = sys.stdout.isatty() if color is None else color
-    if statistics:
-        _print_statistics(findings, chosen_format, use_color)
-    else:
-        FORMATS[chosen_format.value](findings, sys.stdout, use_color)
-        if chosen_format in (OutputFormat.full, OutputFormat.concise):
-            _print_summary(findings, len(files), hidden, len(problems))
-            _print_fix_summary(findings, fixes if fix else None, unsafe_fixes)
-    raise typer.Exit(failed or (EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN))
+    use_color = wants_color(color) and output_file is None
+    with _report_to(output_file):
+        if statistics:
+            _print_statistics(findings, chosen_format, use_color)
+        else:
+            FORMATS[chosen_format.value](findings, sys.stdout, use_color)
+            if chosen_format in (OutputFormat.full, OutputFormat.concise) and not quiet:
+                _print_summary(findings, len(files), hidden, len(problems))
+                _print_fix_summary(findings, fixes if fix else None, unsafe_fixes)
+        if show_fixes and fix:
+            _print_fixes_made(fixes)
+    flagged = (findings and not exit_zero) or (exit_non_zero_on_fix and changed)
+    raise typer.Exit(failed or (EXIT_FINDINGS if flagged else EXIT_CLEAN))
+
+
+@contextlib.contextmanager
+def _report_to(output_file: str | None):
+    """stdout, or the --output-file (written whole when the report is done; an unwritable path is a
+    usage error before anything is printed)."""
+    if output_file is None:
+        yield
+        return
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            yield
+    finally:
+        try:
+            write_atomically(output_file, buffer.getvalue().encode("utf-8"))
+        except OSError as error:
+            typer.echo(f"loopaudit: error: --output-file {output_file}: {error.strerror or error}", err=True)
+            raise typer.Exit(EXIT_ERROR) from None
+
+
+def _add_noqa_comments(findings: list[Finding], files: list[SourceFile]) -> int:
+    """--add-noqa: the comments written, file by file (notebooks and unreadable files passed over)."""
+    by_display = {source.display: source for source in files}
+    by_file: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if finding.code in FILE_CODES or finding.cell is not None or finding.filename not in by_display:
+            continue
+        by_file.setdefault(finding.filename, []).append(finding)
+    added = 0
+    for display, found in sorted(by_file.items()):
+        path = by_display[display].path
+        try:
+            with open(path, "rb") as stream:
+                original = stream.read()
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+            text, count = with_noqa(original.decode(encoding), found)
+        except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as error:
+            typer.echo(f"loopaudit: {terminal_ready(display)}: cannot add noqa comments: {error}", err=True)
+            continue
+        if count:
+            problem = write_fixed(path, original, text.encode(encoding))
+            if problem:
+                typer.echo(f"loopaudit: {terminal_ready(display)}: {problem}", err=True)
+                continue
+            added += count
+    notebooks = sum(1 for finding in findings if finding.cell is not None)
+    if notebooks:
+        typer.echo(f"loopaudit: --add-noqa leaves notebooks alone ({notebooks} findings in cells)", err=True)
+    typer.echo(f"Added {added} noqa comment{'s' if added != 1 else ''}.", err=True)
+    return EXIT_CLEAN
+
+
+def _files_to_scan(paths: list[str], settings, force_exclude: bool) -> list[SourceFile]:
+    """The files a scan of `paths` reads (--show-files): the walk and the excludes, as _scan applies them."""
+    try:
+        found = discover([path for path in paths if path != "-"], skipped=[])
+    except MissingPath as missing:
+        raise usage_error(f"no such file or folder: {missing}") from None
+    return [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
+
+
+def _say_what_was_scanned(files: list[SourceFile], cache, seconds: float) -> None:
+    """--verbose: on stderr, so that the report on stdout stays machine-readable."""
+    for source in files:
+        typer.echo(f"loopaudit: scanned {terminal_ready(source.display)}", err=True)
+    cached = f"; cache: {cache.hits} hits, {cache.misses} misses" if cache is not None else "; no cache"
+    typer.echo(f"loopaudit: {len(files)} file{'s' if len(files) != 1 else ''} in {seconds:.2f} s{cached}", err=True)
+
+
+def _print_fixes_made(fixes) -> None:
+    """--show-fixes: ruff's list of what --fix changed, by file and rule."""
+    made = [result for result in fixes if result.changed and not result.problem and result.fixed_codes]
+    if not made:
+        typer.echo("No fixes applied.")
+        return
+    total = sum(sum(result.fixed_codes.values()) for result in made)
+    typer.echo(f"Fixed {total} finding{'s' if total != 1 else ''}:")
+    for result in made:
+        typer.echo(f"- {terminal_ready(result.display)}:")
+        for code, count in sorted(result.fixed_codes.items()):
+            rule = rule_by_code(code)
+            typer.echo(f"    {count} × {code} ({rule.name if rule else code})")
 
 
 def _open_cache(cache_dir: str | None, settings) -> ResultCache | None:
@@ -415,19 +554,27 @@ def _print_fix_summary(findings, fixes, unsafe: bool) -> None:
 
 def _print_statistics(findings, output_format: OutputFormat, color: bool) -> None:
     counts = Counter(f.code for f in findings)
+    fixable = Counter(f.code for f in findings if applicable(f, False))
     rows = [(code, counts[code], rule_by_code(code)) for code in sorted(counts)]
     if output_format is OutputFormat.json:
-        data = [{"code": code, "name": rule.name if rule else None, "count": count} for code, count, rule in rows]
+        data = [
+            {"code": code, "name": rule.name if rule else None, "count": count, "fixable": fixable[code]}
+            for code, count, rule in rows
+        ]
         typer.echo(json.dumps(data, indent=2))
         return
     if not rows:
         typer.echo("All checks passed: no findings to count.")
         return
     width = max(5, len(str(len(findings))))
-    typer.echo(f"{'count':>{width}}  {'code':<6} rule")
+    typer.echo(f"{'count':>{width}}  {'code':<6}     rule")
     for code, count, rule in rows:
-        typer.echo(f"{count:>{width}}  {code:<6} {rule.name if rule else ''}".rstrip())
+        # [*]: every finding of the rule is fixable with --fix; [-]: some are (ruff's marks)
+        marker = "[*]" if fixable[code] == count else "[-]" if fixable[code] else "   "
+        typer.echo(f"{count:>{width}}  {code:<6} {marker} {rule.name if rule else ''}".rstrip())
     typer.echo(f"{len(findings):>{width}}  total in {len(rows)} rule{'s' if len(rows) != 1 else ''}")
+    if fixable:
+        typer.echo("[*] fixable with --fix; [-] some of them")
 
 
 @app.command("rules", cls=PlainHelpCommand)

@@ -18,7 +18,15 @@ from typing import Annotated, cast
 
 import typer
 
-from loopaudit.commands.shared import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, OutputFormat, build_settings, usage_error
+from loopaudit.commands.shared import (
+    EXIT_CLEAN,
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    OutputFormat,
+    build_settings,
+    usage_error,
+    wants_color,
+)
 from loopaudit.configuration.config_file import ConfigError
 from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
@@ -37,7 +45,7 @@ def _split(rules) -> tuple[tuple[type[RuntimeRule], ...], frozenset[str]]:
 
 
 def _color(color: bool | None) -> bool:
-    return sys.stdout.isatty() if color is None else color
+    return wants_color(color)
 
 
 def _default_trace_path(script: Path) -> str:

@@ -4,7 +4,9 @@ the way help lists parameters."""
 from __future__ import annotations
 
 import enum
+import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -44,6 +46,19 @@ def split_codes(values: list[str] | None) -> list[str]:
     """`--select LA1,LA2 --select LA6` -> ["LA1", "LA2", "LA6"]. Empty pieces stay (`--ignore ""`,
     `LA1,`), for check_codes to refuse: dropped, `--ignore ""` would pass as if it said something."""
     return [code.strip() for value in values or [] for code in value.split(",")]
+
+
+def wants_color(flag: bool | None) -> bool:
+    """--color/--no-color when given; else NO_COLOR (any value: no colour) and FORCE_COLOR (colour
+    even when piped), the conventions of no-color.org and force-color.org; else whether stdout is a
+    terminal."""
+    if flag is not None:
+        return flag
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "0") not in ("", "0"):
+        return True
+    return sys.stdout.isatty()
 
 
 def check_codes(codes: list[str]) -> None:

@@ -15,7 +15,17 @@ from loopaudit.reporting.safe_text import EncodableStream, terminal_ready
 NAME = "concise"  # as `--output-format` and `output-format` name it
 
 
+# ANSI styles, as ruff's concise output colours it: the place bold, the code red and bold.
+_BOLD, _CODE, _RESET = "\x1b[1m", "\x1b[1;31m", "\x1b[0m"
+
+
 def render(findings: Sequence[Finding], out: TextIO, color: bool) -> None:
+    """`[*]` after the code marks a finding `--fix` fixes, as ruff marks it."""
     stream = EncodableStream(out)
     for f in findings:
-        stream.write(terminal_ready(f"{f.place()}: {f.code} {f.message}") + "\n")
+        place, message = terminal_ready(f.place()), terminal_ready(f.message)
+        marker = " [*]" if f.fix is not None and f.fix.applicability == "safe" else ""
+        if color:
+            stream.write(f"{_BOLD}{place}{_RESET}: {_CODE}{f.code}{_RESET}{marker} {message}\n")
+        else:
+            stream.write(f"{place}: {f.code}{marker} {message}\n")

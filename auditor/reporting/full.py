@@ -55,6 +55,8 @@ def _finding(f: Finding, encoding: str) -> Text:
     text.append(shown(f.place()), style="bold")
     text.append(": ")
     text.append(f.code, style=style)
+    if f.fix is not None and f.fix.applicability == "safe":
+        text.append(" [*]")  # fixable with --fix, as ruff marks it
     text.append(f" {shown(f.message)}\n")
     # The related places are further down the file: the widest line number is the last one's.
     gutter = " " * len(str(f.related[-1].location.row if f.related else f.location.row))

@@ -43,6 +43,7 @@ from loopaudit.scan.report_to_finding import call_describer, to_findings
 # The rules the engine itself reports about whole files (rules/files/), by code: the engine finds
 # them through the registry, as the docs do, and imports no rule module.
 UNREADABLE_FILE, SYNTAX_ERROR, NOT_ANALYSED = "LA002", "LA001", "LA003"
+FILE_CODES = frozenset({UNREADABLE_FILE, SYNTAX_ERROR, NOT_ANALYSED})  # about a whole file: no line to comment
 
 
 @dataclass

@@ -35,6 +35,7 @@ class FileFix:
     path: str
     display: str
     fixed: int = 0  # findings the fixes removed
+    fixed_codes: Counter[str] = field(default_factory=Counter)  # of them, how many of each rule
     remaining: list[Finding] = field(default_factory=list)  # findings after the fixes
     diff: str = ""
     problem: str | None = None  # why the file was left alone (it changed on disk, ...)
@@ -68,7 +69,8 @@ def fix_file(
         result.problem = problem
         return result
     result.remaining = findings
-    result.fixed = _removed(first, findings)
+    result.fixed_codes = _removed_by_rule(first, findings)
+    result.fixed = sum(result.fixed_codes.values())
     if text == before:
         return result
     names = (display, display) if os.path.isabs(display) else (f"a/{display}", f"b/{display}")
@@ -76,7 +78,7 @@ def fix_file(
         difflib.unified_diff(before.splitlines(keepends=True), text.splitlines(keepends=True), *names)
     )
     if write:
-        result.problem = _write(path, original, text.encode(encoding))
+        result.problem = write_if_unchanged(path, original, text.encode(encoding))
     return result
 
 
@@ -120,7 +122,8 @@ def _fix_notebook(
     if problem is not None:
         result.problem = problem
         return result
-    result.fixed = _removed(first, findings)
+    result.fixed_codes = _removed_by_rule(first, findings)
+    result.fixed = sum(result.fixed_codes.values())
     if text == notebook.text:
         result.remaining = located(findings, notebook)
         return result
@@ -129,7 +132,7 @@ def _fix_notebook(
         fixed = read_notebook(data)
     except NotebookError as error:
         result.remaining = located(first, notebook)
-        result.fixed = 0
+        result.fixed, result.fixed_codes = 0, Counter()
         result.problem = f"was left alone: {error}"
         return result
     result.remaining = located(analyze_text(fixed.text, result.display, options, facts=facts), fixed)
@@ -143,7 +146,7 @@ def _fix_notebook(
             diffs.append("".join(lines))
     result.diff = "".join(diffs)
     if write:
-        result.problem = _write(result.path, original, data)
+        result.problem = write_if_unchanged(result.path, original, data)
     return result
 
 
@@ -178,13 +181,18 @@ def _apply(text: str, edits) -> str:
 
 
 def _removed(before: Sequence[Finding], after: Sequence[Finding]) -> int:
-    """How many findings the fixes removed, rule by rule (messages quote code a fix may rewrite, and
-    lines move, so findings are counted rather than matched)."""
+    """How many findings the fixes removed (messages quote code a fix may rewrite, and lines move,
+    so findings are counted rather than matched)."""
+    return sum(_removed_by_rule(before, after).values())
+
+
+def _removed_by_rule(before: Sequence[Finding], after: Sequence[Finding]) -> Counter[str]:
     left = Counter(f.code for f in after)
-    return sum(max(0, count - left[code]) for code, count in Counter(f.code for f in before).items())
+    removed = Counter({code: count - left[code] for code, count in Counter(f.code for f in before).items()})
+    return +removed  # the rules whose count went down
 
 
-def _write(path: str, original: bytes, data: bytes) -> str | None:
+def write_if_unchanged(path: str, original: bytes, data: bytes) -> str | None:
     """Write `data` over `path` atomically, unless the file changed since `original` was read."""
     try:
         with open(path, "rb") as stream:
