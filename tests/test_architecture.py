@@ -147,6 +147,15 @@ LAYERS = {
     # A user's test suite imports it: the spy that runs in the script's process and the scan's reading
     # of suppression comments, nothing of the commands or the analysis.
     "loopaudit.testing": ("loopaudit.profiling.in_script", "loopaudit.scan.suppression"),
+    # The editor's scan: the scan and what it stands on, nothing of the commands or the dynamic mode.
+    "loopaudit.server": (
+        "loopaudit",
+        "loopaudit.analysis",
+        "loopaudit.configuration",
+        "loopaudit.findings",
+        "loopaudit.rule_api",
+        "loopaudit.scan",
+    ),
 }
 
 

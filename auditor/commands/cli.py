@@ -628,6 +628,17 @@ app.command(
 )(compare)
 
 
+@app.command("server", cls=PlainHelpCommand, short_help="Serve the scan to editors: a Language Server on stdio.")
+def server() -> None:
+    """Serve the scan to an editor: a Language Server on stdin/stdout (diagnostics, quick fixes, rule
+    docs on hover). Needs the `lsp` extra: pip install 'loopaudit[lsp]'."""
+    try:
+        from loopaudit.server.language_server import serve
+    except ImportError as error:
+        raise usage_error(f"`loopaudit server` needs pygls: pip install 'loopaudit[lsp]' ({error})") from None
+    serve()
+
+
 def main() -> None:
     own_collector()  # this process runs loopaudit alone (collector.py)
     try:
