@@ -122,3 +122,40 @@ def test_add_noqa_silences_each_finding_once_and_keeps_the_code_the_same(project
     assert run_cli("scan", "train.py", cwd=project).returncode == 0
     again = run_cli("scan", "train.py", "--add-noqa", cwd=project)
     assert "Added 0 noqa comments." in again.err and script.read_text() == text
+
+
+def test_watch_scans_again_when_a_file_changes_and_stops_on_ctrl_c(project):
+    import signal
+    import subprocess
+    import time
+
+    from .conftest import loopaudit_command
+
+    watcher = subprocess.Popen(
+        [*loopaudit_command(), "scan", "train.py", "--watch", "--output-format", "concise"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+    def wait_for_watching(times: int) -> None:
+        deadline = time.monotonic() + 60  # generous: a busy machine
+        seen = 0
+        while seen < times and time.monotonic() < deadline:
+            line = watcher.stderr.readline()
+            seen += "Watching for file changes" in line
+        assert seen == times, "the watcher did not report"
+
+    try:
+        wait_for_watching(1)
+        (project / "train.py").write_text(SCRIPT.replace("print(loss.item())", "pass"))
+        wait_for_watching(1)
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        out, _ = watcher.communicate(timeout=30)
+    runs = out.split("Found ")
+    assert len(runs) == 3, out  # two reports, each ended by its summary
+    assert " LA101 " in runs[0] and " LA101 " not in runs[1]
+    assert watcher.returncode == 130

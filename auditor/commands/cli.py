@@ -131,6 +131,10 @@ def scan(
     show_fixes: Annotated[
         bool, typer.Option("--show-fixes", help="With --fix: list what was fixed, by file and rule.")
     ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", "-w", help="Scan again whenever a scanned file changes, until Ctrl-C."),
+    ] = False,
     add_noqa: Annotated[
         bool,
         typer.Option("--add-noqa", help="Add a `# noqa: CODE` comment to the line of every finding, and exit."),
@@ -210,6 +214,13 @@ def scan(
     without `no_grad`, found statically: the scripts are parsed, never imported or run. Exit status:
     0 no findings, 1 findings, 2 a usage error or an unreadable path.
     """
+    if watch:
+        arguments = {name: value for name, value in locals().items() if name != "watch"}
+        if fix or diff or add_noqa or write_baseline or show_files or (paths and "-" in paths):
+            raise usage_error(
+                "--watch scans and reports: it cannot be combined with stdin, --fix, --diff, --add-noqa, --write-baseline or --show-files"
+            )
+        _watch(arguments)
     settings = build_settings(select, extend_select, ignore, output_format, config, isolated)
     paths = paths or ["."]
     if show_files:
@@ -337,6 +348,45 @@ def _add_noqa_comments(findings: list[Finding], files: list[SourceFile]) -> int:
         typer.echo(f"loopaudit: --add-noqa leaves notebooks alone ({notebooks} findings in cells)", err=True)
     typer.echo(f"Added {added} noqa comment{'s' if added != 1 else ''}.", err=True)
     return EXIT_CLEAN
+
+
+_WATCH_SECONDS = 0.5  # how often the files are looked at
+
+
+def _watch(arguments: dict) -> None:
+    """--watch: the same scan again each time a scanned file is added, removed or changed (its size
+    or modification time), a status line on stderr between runs, until Ctrl-C."""
+    settings = build_settings(
+        arguments["select"],
+        arguments["extend_select"],
+        arguments["ignore"],
+        arguments["output_format"],
+        arguments["config"],
+        arguments["isolated"],
+    )
+    paths = arguments["paths"] or ["."]
+    seen = None
+    while True:
+        current = _file_states(paths, settings, arguments["force_exclude"])
+        if current != seen:
+            seen = current
+            typer.echo(f"[{time.strftime('%H:%M:%S')}] Scanning...", err=True)
+            with contextlib.suppress(typer.Exit):  # each run's exit status is for the run, not the watch
+                scan(**arguments)
+            sys.stdout.flush()
+            typer.echo(f"[{time.strftime('%H:%M:%S')}] Watching for file changes (Ctrl-C to stop).", err=True)
+        time.sleep(_WATCH_SECONDS)
+
+
+def _file_states(paths: list[str], settings, force_exclude: bool) -> dict[str, tuple[int, int]]:
+    states = {}
+    for source in _files_to_scan(paths, settings, force_exclude):
+        try:
+            stat = os.stat(source.path)
+        except OSError:
+            continue
+        states[source.path] = (stat.st_mtime_ns, stat.st_size)
+    return states
 
 
 def _files_to_scan(paths: list[str], settings, force_exclude: bool) -> list[SourceFile]:
