@@ -144,7 +144,8 @@ def test_unknown_codes_are_usage_errors(project):
         ("# noqa: LA101", [(10, "LA104"), (11, "LA106")]),
         ("# noqa", [(10, "LA104"), (11, "LA106")]),
         ("# NOQA:LA104", TRAIN_FINDINGS),
-        ("# noqa: LA104, LA101", [(10, "LA104"), (11, "LA106")]),
+        # LA104 is not reported on that line: the comment's LA104 is unused (LA004).
+        ("# noqa: LA104, LA101", [(9, "LA004"), (10, "LA104"), (11, "LA106")]),
         ("# loopaudit: ignore[LA101]", [(10, "LA104"), (11, "LA106")]),
         ("# loopaudit: ignore", [(10, "LA104"), (11, "LA106")]),
         ("# noqa: LA1", [(10, "LA104"), (11, "LA106")]),

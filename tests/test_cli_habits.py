@@ -159,3 +159,18 @@ def test_watch_scans_again_when_a_file_changes_and_stops_on_ctrl_c(project):
     assert len(runs) == 3, out  # two reports, each ended by its summary
     assert " LA101 " in runs[0] and " LA101 " not in runs[1]
     assert watcher.returncode == 130
+
+
+def test_a_suppression_that_suppresses_nothing_is_reported(project):
+    (project / "train.py").write_text(
+        SCRIPT.replace("loss.backward()", "loss.backward()  # noqa: LA101")
+        .replace("print(loss.item())", "print(loss.item())  # noqa: LA101, E501")
+        .replace("optimizer.step()", "optimizer.step()  # noqa: LA1, LA999")  # a prefix, a code of no rule: left alone
+    )
+    result = concise(project, "--select", "LA101,LA004")
+    assert result.out.splitlines()[0] == (
+        "train.py:9:22: LA004 `LA101` is suppressed here, but this line has no LA101 finding to suppress"
+    )
+    assert "Found 1 finding" in result.out
+    # A rule that did not run cannot call its suppressions unused.
+    assert "LA004" not in concise(project, "--select", "LA2,LA004").out

@@ -47,7 +47,9 @@ def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[ty
     if select:
         prefixes = [code.upper() for code in select]
         chosen = tuple(
-            rule for rule in chosen if issubclass(rule, FileRule) or any(rule.code.startswith(p) for p in prefixes)
+            rule
+            for rule in chosen
+            if (issubclass(rule, FileRule) and rule.always_selected) or any(rule.code.startswith(p) for p in prefixes)
         )
     if ignore:
         prefixes = [code.upper() for code in ignore]

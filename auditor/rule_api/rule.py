@@ -97,10 +97,14 @@ class Rule:
 
 
 class FileRule(Rule):
-    """A rule the engine itself reports about a whole file (cannot read it, cannot parse it)."""
+    """A rule the engine itself reports, not a check of nodes: about a whole file (cannot read it,
+    cannot parse it) or about its suppression comments."""
 
     needs_step = False
     needs_cuda = False
+    # Said whatever --select says (a file that was not checked must never pass as clean); only
+    # --ignore silences it.
+    always_selected: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

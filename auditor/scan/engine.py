@@ -39,10 +39,12 @@ from loopaudit.scan.prefilter import may_contain_findings
 from loopaudit.scan.python_check import Refusal, python_refusal, too_complex_for_python
 from loopaudit.scan.reach_lines import LineMarks
 from loopaudit.scan.report_to_finding import call_describer, to_findings
+from loopaudit.scan.suppression import suppressions, unused
 
 # The rules the engine itself reports about whole files (rules/files/), by code: the engine finds
 # them through the registry, as the docs do, and imports no rule module.
 UNREADABLE_FILE, SYNTAX_ERROR, NOT_ANALYSED = "LA002", "LA001", "LA003"
+UNUSED_SUPPRESSION = "LA004"  # a line, not a whole file: reported with the findings
 FILE_CODES = frozenset({UNREADABLE_FILE, SYNTAX_ERROR, NOT_ANALYSED})  # about a whole file: no line to comment
 
 
@@ -316,9 +318,11 @@ def _apply_rules(
             facts is not None and facts.cuda
         )
     raw: list[tuple[type[Rule], Report, StepReason | None]] = []
+    ran = []
     for rule_class in rules:
         if rule_class.needs_cuda and not cuda:
             continue
+        ran.append(rule_class.code)
         rule = rule_class()
         for node_type in rule_class.node_types:
             for site in index.sites.get(node_type, ()):
@@ -328,9 +332,34 @@ def _apply_rules(
                 ctx.scope, ctx.frame = site.scope, site.frame
                 for report in rule.check(site.node, ctx):
                     raw.append((rule_class, report, reason))
-    if not raw:
-        return FileAnalysis([], summary)
-    return FileAnalysis(to_findings(module, text, display_name, raw, positions), summary)
+    used: set[tuple[int, str]] = set()
+    findings = to_findings(module, text, display_name, raw, positions, used) if raw else []
+    if UNUSED_SUPPRESSION in options.enabled_codes and ("noqa" in text or "loopaudit:" in text):
+        findings += _unused_suppressions(text, used, frozenset(ran), display_name)
+    return FileAnalysis(findings, summary)
+
+
+def _unused_suppressions(
+    text: str, used: set[tuple[int, str]], ran: frozenset[str], display_name: str
+) -> list[Finding]:
+    """LA004 for each code a suppression comment names that silenced nothing this scan (of a rule
+    that ran on the file)."""
+    rule = rule_by_code(UNUSED_SUPPRESSION)
+    assert rule is not None  # rules/files/ declares it
+    lines = source_lines(text)
+    return [
+        Finding(
+            code=rule.code,
+            message=f"`{code}` is suppressed here, but this line has no {code} finding to suppress",
+            filename=display_name,
+            location=Location(row, column),
+            end_location=Location(row, len(lines[row - 1]) + 1 if row <= len(lines) else column),
+            suggestion=rule.suggestion,
+            source_line=lines[row - 1] if row <= len(lines) else None,
+            url=rule_url(rule.code, rule.name),
+        )
+        for row, column, code in unused(suppressions(text), used, ran, lines)
+    ]
 
 
 def file_problem(

@@ -14,7 +14,7 @@ from loopaudit.findings.finding import Edit, Finding, FixInfo, Location, Related
 from loopaudit.rule_api.rule import Fix, Group, Report
 from loopaudit.scan.grouping import one_finding_per_problem
 from loopaudit.scan.positions import Positions, print_rewritten
-from loopaudit.scan.suppression import is_suppressed, suppressions
+from loopaudit.scan.suppression import suppressing, suppressions
 
 
 def call_describer(module: cst.Module, display_name: str, line_of):
@@ -81,7 +81,15 @@ def _location(offset: int, starts: list[int]) -> Location:
     return Location(line, offset - starts[line - 1] + 1)
 
 
-def to_findings(module: cst.Module, text: str, display_name: str, raw, positions: Positions) -> list[Finding]:
+def to_findings(
+    module: cst.Module,
+    text: str,
+    display_name: str,
+    raw,
+    positions: Positions,
+    used: set[tuple[int, str]] | None = None,
+) -> list[Finding]:
+    """`used` receives the (line, code) of each suppression comment that silenced a report."""
     starts = positions.line_starts
     lines = source_lines(text)
     suppressed = suppressions(text)
@@ -91,7 +99,12 @@ def to_findings(module: cst.Module, text: str, display_name: str, raw, positions
         span = positions[report.node]
         row = span.start.line
         key = (rule_class.code, row)
-        if key in findings or is_suppressed(rule_class.code, positions.suppression_rows(report.node), suppressed):
+        if key in findings:
+            continue
+        silenced = suppressing(rule_class.code, positions.suppression_rows(report.node), suppressed)
+        if silenced:
+            if used is not None:
+                used.update(silenced)
             continue
         related = _places(report, row, positions, lines)
         findings[key] = (

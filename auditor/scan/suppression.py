@@ -38,8 +38,34 @@ def suppressions(text: str) -> dict[int, frozenset[str]]:
 
 
 def is_suppressed(code: str, rows: range, table: dict[int, frozenset[str]]) -> bool:
+    return bool(suppressing(code, rows, table))
+
+
+def suppressing(code: str, rows: range, table: dict[int, frozenset[str]]) -> list[tuple[int, str]]:
+    """The (line, listed code) pairs of the comments that suppress `code` on `rows` ("*" for a
+    comment without codes)."""
+    found = []
     for row in rows:
-        codes = table.get(row)
-        if codes and ("*" in codes or code in codes or any(code.startswith(c) for c in codes)):
-            return True
-    return False
+        for listed in table.get(row, ()):
+            if listed == "*" or code.startswith(listed):
+                found.append((row, listed))
+    return found
+
+
+_COMMENT_START = re.compile(r"#\s*(?:noqa|loopaudit:)", re.I)
+
+
+def unused(
+    table: dict[int, frozenset[str]], used: set[tuple[int, str]], checked: frozenset[str], lines: list[str]
+) -> list[tuple[int, int, str]]:
+    """(line, column, code) of each code a comment lists that suppressed nothing, among `checked`
+    (the full codes of the rules that ran on the file: a prefix, a bare `# noqa` and a code of a rule
+    that did not run are never called unused)."""
+    found = []
+    for row, codes in sorted(table.items()):
+        for code in sorted(codes):
+            if code in checked and (row, code) not in used:
+                line = lines[row - 1] if 0 < row <= len(lines) else ""
+                start = _COMMENT_START.search(line)
+                found.append((row, start.start() + 1 if start else 1, code))
+    return found
