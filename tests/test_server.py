@@ -102,3 +102,47 @@ async def test_safe_fixes_are_quick_fixes_and_hover_shows_the_rule(client: Langu
         types.HoverParams(text_document=types.TextDocumentIdentifier(uri=path.as_uri()), position=copy.range.start)
     )
     assert hover is not None and "blocking-batch-copy" in hover.contents.value
+
+
+@pytest.mark.asyncio
+async def test_a_notebook_gets_each_cell_s_findings_as_scan_reports_them(client: LanguageClient, tmp_path: Path):
+    from .test_notebooks import MODEL, SETUP, STEP, write_notebook
+
+    write_notebook(tmp_path)
+    scanned = json.loads(run_cli("scan", "train.ipynb", "--output-format", "json", cwd=tmp_path).out)
+    notebook_uri = (tmp_path / "train.ipynb").as_uri()
+    sources = [
+        (types.NotebookCellKind.Markup, "# Training on the GPU"),
+        *[(types.NotebookCellKind.Code, s) for s in (SETUP, MODEL, STEP, "!nvidia-smi")],
+    ]
+    cell_uris = [f"vscode-notebook-cell:{tmp_path / 'train.ipynb'}#cell{number}" for number in range(len(sources))]
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=notebook_uri,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[types.NotebookCell(kind=kind, document=uri) for (kind, _), uri in zip(sources, cell_uris)],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(
+                    uri=uri,
+                    language_id="python" if kind == types.NotebookCellKind.Code else "markdown",
+                    version=1,
+                    text=text,
+                )
+                for (kind, text), uri in zip(sources, cell_uris)
+            ],
+        )
+    )
+    deadline = 60
+    while cell_uris[3] not in client.diagnostics and deadline:
+        await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        deadline -= 1
+    published = sorted(
+        (number + 1, d.code, d.range.start.line + 1, d.range.start.character + 1)
+        for number, uri in enumerate(cell_uris)
+        for d in client.diagnostics.get(uri, [])
+    )
+    assert published == sorted((f["cell"], f["code"], f["location"]["row"], f["location"]["column"]) for f in scanned)
+    assert published  # the step cell's sync and copy

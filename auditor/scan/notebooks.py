@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopaudit.findings.finding import Finding, Location, Related
+from loopaudit.findings.finding import Edit, Finding, Location, Related
 
 _SEPARATOR = "# loopaudit-cell {number}"
 _SEPARATOR_LINE = re.compile(r"^# loopaudit-cell (\d+)$")
@@ -57,6 +57,17 @@ def is_notebook(path: str) -> bool:
     return path.endswith(".ipynb")
 
 
+def notebook_from_cells(cells: list[tuple[bool, str]]) -> Notebook:
+    """A notebook an editor holds, as (is a code cell, its text) in order: joined as a file's are."""
+    document = {
+        "cells": [{"cell_type": "code" if code else "markdown", "source": text} for code, text in cells],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 4,
+    }
+    return _joined(document, json.dumps(document))
+
+
 def read_notebook(data: bytes) -> Notebook:
     try:
         raw = data.decode("utf-8")
@@ -76,6 +87,11 @@ def read_notebook(data: bytes) -> Notebook:
     except (nbformat.ValidationError, KeyError, TypeError, AttributeError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise NotebookError(f"not a valid notebook (nbformat: {first})") from None
+    return _joined(document, raw)
+
+
+def _joined(document: dict[str, Any], raw: str) -> Notebook:
+    """The code cells of a validated notebook as one module, with the map back to the cells."""
     lines: list[str] = []
     places: list[tuple[int, int]] = []
     ipython: list[str] = []
@@ -118,8 +134,28 @@ def _located(finding: Finding, notebook: Notebook) -> Finding:
     end_cell, end_row = notebook.cell_of(finding.end_location.row)
     end = Location(end_row, finding.end_location.column) if end_cell == cell else Location(row, finding.location.column)
     related = tuple(_located_place(place, notebook) for place in finding.related)
+    fix = finding.fix
+    if fix is not None:
+        # The edits' places in the cell (their offsets stay the joined text's, which --fix applies);
+        # a fix that would reach into another cell is not offered.
+        edits: list[Edit] = []
+        for edit in fix.edits:
+            start_cell, start_row = notebook.cell_of(edit.location.row)
+            end_cell, end_row = notebook.cell_of(edit.end_location.row)
+            if start_cell != cell or end_cell != cell:
+                edits = []
+                break
+            edits.append(
+                replace(
+                    edit,
+                    location=Location(start_row, edit.location.column),
+                    end_location=Location(end_row, edit.end_location.column),
+                )
+            )
+        fix = replace(fix, edits=tuple(edits)) if edits else None
     return replace(
         finding,
+        fix=fix,
         cell=cell or None,
         location=Location(row, finding.location.column),
         end_location=end,

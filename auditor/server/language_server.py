@@ -7,8 +7,11 @@
 - textDocument/hover: the documentation of the rule reported where the cursor is.
 - didClose: the document's diagnostics cleared.
 
+- notebookDocument/didOpen, didChange, didSave: the notebook's code cells analysed together (as
+  `loopaudit scan` analyses a notebook file), each cell's diagnostics published at its own lines.
+
 The configuration is the one `loopaudit scan` reads for the file (pyproject.toml or loopaudit.toml
-above it). Python files are served; a notebook opened as a document is left to `loopaudit scan`.
+above it).
 """
 
 from __future__ import annotations
@@ -25,7 +28,19 @@ from loopaudit.server.workspace import Workspace
 
 
 def build_server() -> LanguageServer:
-    server = LanguageServer("loopaudit", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+    server = LanguageServer(
+        "loopaudit",
+        __version__,
+        text_document_sync_kind=types.TextDocumentSyncKind.Full,
+        notebook_document_sync=types.NotebookDocumentSyncOptions(
+            notebook_selector=[
+                types.NotebookDocumentFilterWithCells(
+                    notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")]
+                )
+            ],
+            save=True,
+        ),
+    )
     workspace = Workspace()
 
     def lines_of(uri: str) -> list[str]:
@@ -54,6 +69,41 @@ def build_server() -> LanguageServer:
         if path is None or not workspace.analysable(path):
             return
         publish(workspace.open(uri, path, text))
+
+    def notebook_changed(notebook_uri: str) -> None:
+        """Every code cell of the notebook analysed together, each cell's diagnostics published."""
+        notebook = server.workspace.get_notebook_document(notebook_uri=notebook_uri)
+        path = to_fs_path(notebook_uri)
+        if notebook is None or path is None:
+            return
+        cells = [
+            (
+                cell.document,
+                cell.kind == types.NotebookCellKind.Code,
+                server.workspace.get_text_document(cell.document).source,
+            )
+            for cell in notebook.cells
+        ]
+        for cell_uri, findings in workspace.notebook(path, cells).items():
+            lines = server.workspace.get_text_document(cell_uri).source.split("\n")
+            workspace.cells[cell_uri] = (lines, findings)
+            server.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(
+                    uri=cell_uri, diagnostics=[diagnostic(finding, lines, cell_uri) for finding in findings]
+                )
+            )
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def notebook_did_open(params: types.DidOpenNotebookDocumentParams) -> None:
+        notebook_changed(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_did_change(params: types.DidChangeNotebookDocumentParams) -> None:
+        notebook_changed(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def notebook_did_save(params: types.DidSaveNotebookDocumentParams) -> None:
+        notebook_changed(params.notebook_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
@@ -86,29 +136,28 @@ def build_server() -> LanguageServer:
     )
     def code_action(params: types.CodeActionParams) -> list[types.CodeAction]:
         uri = params.text_document.uri
-        document = workspace.documents.get(uri)
-        if document is None:
+        shown = workspace.shown(uri)
+        if shown is None:
             return []
-        lines = lines_of(uri)
+        lines, findings = shown
         actions = []
         wanted = params.range
-        for finding in document.findings:
-            shown = diagnostic(finding, lines, uri)
-            if shown.range.end.line < wanted.start.line or shown.range.start.line > wanted.end.line:
+        for finding in findings:
+            displayed = diagnostic(finding, lines, uri)
+            if displayed.range.end.line < wanted.start.line or displayed.range.start.line > wanted.end.line:
                 continue
-            action = fix_action(finding, lines, uri, shown)
+            action = fix_action(finding, lines, uri, displayed)
             if action is not None:
                 actions.append(action)
         return actions
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     def hover(params: types.HoverParams) -> types.Hover | None:
-        uri = params.text_document.uri
-        document = workspace.documents.get(uri)
-        if document is None:
+        shown = workspace.shown(params.text_document.uri)
+        if shown is None:
             return None
-        lines = lines_of(uri)
-        codes = dict.fromkeys(f.code for f in document.findings if covers(f, lines, params.position))
+        lines, findings = shown
+        codes = dict.fromkeys(f.code for f in findings if covers(f, lines, params.position))
         rules = [rule for rule in map(rule_by_code, codes) if rule is not None]
         if not rules:
             return None

@@ -23,7 +23,7 @@ from loopaudit.configuration.settings import Settings
 from loopaudit.findings.finding import Finding
 from loopaudit.scan.cache import ResultCache, default_folder
 from loopaudit.scan.engine import analyze_source
-from loopaudit.scan.notebooks import is_notebook
+from loopaudit.scan.notebooks import is_notebook, located, notebook_from_cells
 from loopaudit.scan.project_scan import analyze_many
 
 
@@ -40,8 +40,19 @@ class Workspace:
         self.documents: dict[str, Document] = {}  # by URI
         self.facts: dict[str, ProjectFacts] = {}  # by path, from the last project scan
         self.problem: str | None = None  # a configuration that cannot be read, said once
+        # A notebook's cells, by cell URI: their lines and findings (rows in the cell), for quick
+        # fixes and hovers.
+        self.cells: dict[str, tuple[list[str], list[Finding]]] = {}
+
+    def shown(self, uri: str) -> tuple[list[str], list[Finding]] | None:
+        """The lines and findings of a document or a notebook cell the editor shows."""
+        document = self.documents.get(uri)
+        if document is not None:
+            return document.text.split("\n"), document.findings
+        return self.cells.get(uri)
 
     def analysable(self, path: str) -> bool:
+        """A Python file opened as text (a notebook comes as a notebook document, cell by cell)."""
         return path.endswith(".py") and not is_notebook(path)
 
     def open(self, uri: str, path: str, text: str) -> list[str]:
@@ -58,6 +69,22 @@ class Workspace:
 
     def close(self, uri: str) -> None:
         self.documents.pop(uri, None)
+
+    def notebook(self, path: str, cells: list[tuple[str, bool, str]]) -> dict[str, list[Finding]]:
+        """A notebook the editor holds, as (cell URI, is code, text) in order: its code cells analysed
+        as `loopaudit scan` analyses a notebook file, the findings by cell URI (rows in the cell)."""
+        notebook = notebook_from_cells([(code, text) for _, code, text in cells])
+        try:
+            options = self.settings.options_for(Path(path))
+        except ConfigError as error:
+            self.problem = str(error)
+            return {}
+        analysis = analyze_source(notebook.text, path, options, explicit=True, facts=self.facts.get(path), path=path)
+        by_cell: dict[str, list[Finding]] = {uri: [] for uri, code, _ in cells if code}
+        for finding in located(analysis.findings, notebook):
+            if finding.cell is not None:
+                by_cell.setdefault(cells[finding.cell - 1][0], []).append(finding)
+        return by_cell
 
     def _analyse(self, document: Document) -> list[Finding]:
         try:
