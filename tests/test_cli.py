@@ -350,3 +350,27 @@ def test_help_says_what_each_command_and_parameter_is_without_python_types():
         assert "<str>" not in result.out and "<list[" not in result.out and "range>" not in result.out, result.out
     run_help = " ".join(run_cli("run", "--help").out.split())  # help wraps at the terminal's width
     assert "--steps STEPS" in run_help and "full, concise, json, github, sarif, gitlab or junit" in run_help
+
+
+def test_a_chain_of_calls_is_written_with_one_kind_of_arrow(tmp_path):
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        model = torch.nn.Linear(4, 4).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        def log(loss):
+            print(loss.item())
+        def train_step(x):
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            log(loss)
+        for x in loader:
+            train_step(x.cuda(non_blocking=True))
+        """)
+    )
+    (finding,) = json.loads(run_cli("scan", "train.py", "--output-format", "json", cwd=tmp_path).out)
+    assert finding["context"] == "step loop `for x in loader` (line 11), through `train_step()` → `log()`"
+    # A stream that cannot carry the arrow gets the ASCII one.
+    ascii_out = run_cli("scan", "train.py", cwd=tmp_path, env={"PYTHONIOENCODING": "ascii"}).out
+    assert "through `train_step()` -> `log()`" in ascii_out
