@@ -47,7 +47,7 @@ def test_a_per_step_sync_is_found_at_its_cell_and_line(tmp_path):
     result = run_cli("scan", "train.ipynb", "--output-format", "concise", cwd=tmp_path)
     assert result.returncode == 1, result.err
     assert result.out.splitlines()[:2] == [
-        "train.ipynb:cell 4:2:18: LA202 `x.to(device)` is a blocking host-to-device copy of the batch: the CPU "
+        "train.ipynb:cell 4:2:18: LA202 [*] `x.to(device)` is a blocking host-to-device copy of the batch: the CPU "
         "waits for the GPU's queue to drain, once per step",
         "train.ipynb:cell 4:5:11: LA101 `loss.item()` copies a GPU value to the host: the CPU stalls until the "
         "GPU drains, once per step",

@@ -1,0 +1,1 @@
+"""LA7xx: distributed training (DDP, FSDP, Accelerate, Lightning)."""
