@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import time
-import tokenize
 from collections import Counter
 from pathlib import Path
 from typing import Annotated
@@ -53,7 +52,7 @@ from loopaudit.scan.add_noqa import with_noqa
 from loopaudit.scan.cache import ENVIRONMENT_VARIABLE, FOLDER_NAME, ResultCache, default_folder
 from loopaudit.scan.collector import own_collector
 from loopaudit.scan.engine import FILE_CODES
-from loopaudit.scan.fixing import applicable, fix_file
+from loopaudit.scan.fixing import UNREADABLE_SOURCE, applicable, fix_file, read_source
 from loopaudit.scan.fixing import write_if_unchanged as write_fixed
 from loopaudit.scan.project_scan import ScanResult, analyze_many, analyze_stdin
 
@@ -330,13 +329,11 @@ def _add_noqa_comments(findings: list[Finding], files: list[SourceFile]) -> int:
     for display, found in sorted(by_file.items()):
         path = by_display[display].path
         try:
-            with open(path, "rb") as stream:
-                original = stream.read()
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
-            text, count = with_noqa(original.decode(encoding), found)
-        except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as error:
+            original, encoding, source = read_source(path)
+        except UNREADABLE_SOURCE as error:
             typer.echo(f"loopaudit: {terminal_ready(display)}: cannot add noqa comments: {error}", err=True)
             continue
+        text, count = with_noqa(source, found)
         if count:
             problem = write_fixed(path, original, text.encode(encoding))
             if problem:
@@ -389,10 +386,13 @@ def _file_states(paths: list[str], settings, force_exclude: bool) -> dict[str, t
     return states
 
 
-def _files_to_scan(paths: list[str], settings, force_exclude: bool) -> list[SourceFile]:
-    """The files a scan of `paths` reads (--show-files): the walk and the excludes, as _scan applies them."""
+def _files_to_scan(
+    paths: list[str], settings, force_exclude: bool, skipped: list[tuple[str, str]] | None = None
+) -> list[SourceFile]:
+    """The files a scan of `paths` reads: the walk and the excludes (a file named on the command line
+    is read unless --force-exclude). `skipped` receives what the walk passed over."""
     try:
-        found = discover([path for path in paths if path != "-"], skipped=[])
+        found = discover([path for path in paths if path != "-"], skipped=skipped if skipped is not None else [])
     except MissingPath as missing:
         raise usage_error(f"no such file or folder: {missing}") from None
     return [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
@@ -450,11 +450,7 @@ def _scan(
         options = settings.options_for(Path(stdin_filename or "stdin.py"))
         return analyze_stdin(sys.stdin.buffer.read(), name, options), [SourceFile(name, name, True)]
     skipped: list[tuple[str, str]] = []
-    try:
-        found = discover(paths, skipped=skipped)
-    except MissingPath as missing:
-        raise usage_error(f"no such file or folder: {missing}") from None
-    files = [f for f in found if (f.explicit and not force_exclude) or not settings.excluded(Path(f.path))]
+    files = _files_to_scan(paths, settings, force_exclude, skipped)
     _say_skipped([(path, why) for path, why in skipped if not settings.excluded(Path(path))])
     workers = jobs or os.cpu_count() or 1
     # Files named on their own are analysed inside their project, which is not reported on.

@@ -44,10 +44,6 @@ def _split(rules) -> tuple[tuple[type[RuntimeRule], ...], frozenset[str]]:
     return runtime, static
 
 
-def _color(color: bool | None) -> bool:
-    return wants_color(color)
-
-
 def _default_trace_path(script: Path) -> str:
     """`train.pt.trace.json` in the working directory (the name TensorBoard's plugin looks for),
     never one that exists already: an earlier trace is the user's, not ours to overwrite."""
@@ -228,9 +224,9 @@ def run(
         document = measured_json.run_document(audit, breakdown, display_path(script_path), request.args, status)
         measured_json.write(document, sys.stdout)
     elif output_format is OutputFormat.full:
-        measured.render_run(audit, breakdown, headline, notes, sys.stdout, _color(color))
+        measured.render_run(audit, breakdown, headline, notes, sys.stdout, wants_color(color))
     else:
-        FORMATS[output_format.value](audit.findings, sys.stdout, _color(color))
+        FORMATS[output_format.value](audit.findings, sys.stdout, wants_color(color))
         if output_format is OutputFormat.concise and not audit.findings:
             typer.echo("All checks passed: no findings in the measured steps.")
     if output_format is not OutputFormat.full:
@@ -394,9 +390,9 @@ def analyze(
     if output_format is OutputFormat.json:
         measured_json.write(measured_json.trace_document(analysis, breakdown, findings), sys.stdout)
     elif output_format is OutputFormat.full:
-        measured.render_trace(analysis, breakdown, findings, sys.stdout, _color(color))
+        measured.render_trace(analysis, breakdown, findings, sys.stdout, wants_color(color))
     else:
-        FORMATS[output_format.value](findings, sys.stdout, _color(color))
+        FORMATS[output_format.value](findings, sys.stdout, wants_color(color))
         if output_format is OutputFormat.concise and not findings:
             typer.echo("All checks passed: no findings in the trace.")
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
@@ -451,5 +447,5 @@ def compare(
     if output_format is ComparisonFormat.json:
         measured_json.write(measured_json.comparison_document(comparison), sys.stdout)
     else:
-        measured.render_comparison(comparison, sys.stdout, _color(color))
+        measured.render_comparison(comparison, sys.stdout, wants_color(color))
     raise typer.Exit(EXIT_FINDINGS if comparison.failed else EXIT_CLEAN)

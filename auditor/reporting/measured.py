@@ -61,12 +61,6 @@ def _interval_ms(estimate) -> str:
     return "" if estimate.low is None else f" [{_ms(estimate.low)}, {_ms(estimate.high)}]"
 
 
-def _share(estimate) -> str:
-    """4.4% [2.1%, 6.9%]"""
-    interval = "" if estimate.low is None else f" [{estimate.low:.1%}, {estimate.high:.1%}]"
-    return f"{estimate.value:.1%}{interval}"
-
-
 def _breakdown(console: Console, breakdown: Breakdown, why_no_sync: str) -> None:
     time = breakdown.step_time_ms
     estimate = breakdown.step_time
@@ -97,7 +91,7 @@ def _breakdown(console: Console, breakdown: Breakdown, why_no_sync: str) -> None
         console.print(
             Text.assemble(
                 ("Waiting for batches not yet loaded", "bold"),
-                f"  {_share(breakdown.data_not_ready)} of the steady steps (LA602 above 5%; "
+                f"  {breakdown.data_not_ready.as_share()} of the steady steps (LA602 above 5%; "
                 "handing over a batch a worker had ready does not count)",
             )
         )

@@ -17,8 +17,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from loopaudit.findings.finding import Finding
+from loopaudit.scan.suppression import CODE_LIST
 
-_NOQA_CODES = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.I)
+_NOQA_CODES = re.compile(rf"#\s*noqa:\s*(?P<codes>{CODE_LIST})", re.I)
 _BARE_NOQA = re.compile(r"#\s*noqa(?!\s*:)", re.I)
 
 

@@ -333,14 +333,16 @@ def _apply_rules(
                 for report in rule.check(site.node, ctx):
                     raw.append((rule_class, report, reason))
     used: set[tuple[int, str]] = set()
-    findings = to_findings(module, text, display_name, raw, positions, used) if raw else []
-    if UNUSED_SUPPRESSION in options.enabled_codes and ("noqa" in text or "loopaudit:" in text):
-        findings += _unused_suppressions(text, used, frozenset(ran), display_name)
+    checks_unused = UNUSED_SUPPRESSION in options.enabled_codes
+    table = suppressions(text) if raw or checks_unused else {}  # read once, for suppressing and for LA004
+    findings = to_findings(module, text, display_name, raw, positions, used, table) if raw else []
+    if checks_unused and table:
+        findings += _unused_suppressions(text, table, used, frozenset(ran), display_name)
     return FileAnalysis(findings, summary)
 
 
 def _unused_suppressions(
-    text: str, used: set[tuple[int, str]], ran: frozenset[str], display_name: str
+    text: str, table: dict[int, frozenset[str]], used: set[tuple[int, str]], ran: frozenset[str], display_name: str
 ) -> list[Finding]:
     """LA004 for each code a suppression comment names that silenced nothing this scan (of a rule
     that ran on the file)."""
@@ -358,7 +360,7 @@ def _unused_suppressions(
             source_line=lines[row - 1] if row <= len(lines) else None,
             url=rule_url(rule.code, rule.name),
         )
-        for row, column, code in unused(suppressions(text), used, ran, lines)
+        for row, column, code in unused(table, used, ran, lines)
     ]
 
 

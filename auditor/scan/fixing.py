@@ -24,7 +24,7 @@ from loopaudit.analysis.cross_module import ProjectFacts
 from loopaudit.atomic import write_atomically
 from loopaudit.findings.finding import Finding, FixInfo
 from loopaudit.scan.engine import analyze_text
-from loopaudit.scan.notebooks import NotebookError, is_notebook, located, read_notebook, with_new_text
+from loopaudit.scan.notebooks import NotebookError, code_cells, is_notebook, located, read_notebook, with_new_text
 from loopaudit.scan.options import ScanOptions
 
 MAX_PASSES = 8
@@ -45,6 +45,19 @@ class FileFix:
         return bool(self.diff)
 
 
+# What reading a file as Python source can raise: it cannot be read, its coding line names no codec,
+# or its bytes are not that codec.
+UNREADABLE_SOURCE = (OSError, SyntaxError, LookupError, UnicodeDecodeError)
+
+
+def read_source(path: str) -> tuple[bytes, str, str]:
+    """The file's bytes, its encoding (PEP 263, else UTF-8) and its text, for rewriting it in place."""
+    with open(path, "rb") as stream:
+        original = stream.read()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+    return original, encoding, original.decode(encoding)
+
+
 def applicable(finding: Finding, unsafe: bool) -> bool:
     return finding.fix is not None and (finding.fix.applicability == "safe" or unsafe)
 
@@ -57,13 +70,11 @@ def fix_file(
     if is_notebook(path):
         return _fix_notebook(result, options, unsafe=unsafe, write=write, facts=facts)
     try:
-        with open(path, "rb") as stream:
-            original = stream.read()
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
-        text = before = original.decode(encoding)
-    except (OSError, SyntaxError, LookupError, UnicodeDecodeError) as error:
+        original, encoding, text = read_source(path)
+    except UNREADABLE_SOURCE as error:
         result.problem = f"cannot be fixed: {error}"
         return result
+    before = text
     text, first, findings, problem = _passes(text, display, options, unsafe, facts)
     if problem is not None:
         result.problem = problem
@@ -117,7 +128,7 @@ def _fix_notebook(
     except (OSError, NotebookError) as error:
         result.problem = f"cannot be fixed: {error}"
         return result
-    before_cells = {number: source for number, source in _code_cells(notebook)}
+    before_cells = dict(code_cells(notebook))
     text, first, findings, problem = _passes(notebook.text, result.display, options, unsafe, facts)
     if problem is not None:
         result.problem = problem
@@ -137,7 +148,7 @@ def _fix_notebook(
         return result
     result.remaining = located(analyze_text(fixed.text, result.display, options, facts=facts), fixed)
     diffs = []
-    for number, source in _code_cells(fixed):
+    for number, source in code_cells(fixed):
         if source != before_cells.get(number):
             where = f"{result.display}:cell {number}"
             names = (where, where) if os.path.isabs(result.display) else (f"a/{where}", f"b/{where}")
@@ -153,15 +164,6 @@ def _fix_notebook(
 def _lines(source: str) -> list[str]:
     """A cell's lines for a diff, each ended (a cell's last line often has no line end)."""
     return [line if line.endswith("\n") else line + "\n" for line in source.splitlines(keepends=True)]
-
-
-def _code_cells(notebook) -> list[tuple[int, str]]:
-    """(cell number, source) of the notebook's code cells."""
-    return [
-        (number, "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"])
-        for number, cell in enumerate(notebook.document["cells"], 1)
-        if cell.get("cell_type") == "code"
-    ]
 
 
 def _non_overlapping(edits) -> list:

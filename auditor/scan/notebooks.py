@@ -119,6 +119,12 @@ def _joined(document: dict[str, Any], raw: str) -> Notebook:
     return Notebook("\n".join(lines) + "\n" if lines else "", places, document, raw, ipython)
 
 
+def code_cells(notebook: Notebook) -> list[tuple[int, str]]:
+    """(cell number, source) of the notebook's code cells."""
+    cells = notebook.document["cells"]
+    return [(number, _source_text(cell)) for number, cell in enumerate(cells, 1) if cell.get("cell_type") == "code"]
+
+
 def _source_text(cell: dict) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
@@ -129,46 +135,44 @@ def located(findings: list[Finding], notebook: Notebook) -> list[Finding]:
     return [_located(finding, notebook) for finding in findings]
 
 
+def _in_cell(notebook: Notebook, start: Location, end: Location) -> tuple[int, Location, Location, bool]:
+    """A span of the joined text in its cell: (cell, start, end, whether it ends in that cell). A span
+    running into the next cell is cut at its start."""
+    cell, row = notebook.cell_of(start.row)
+    end_cell, end_row = notebook.cell_of(end.row)
+    start = Location(row, start.column)
+    inside = end_cell == cell
+    return cell, start, Location(end_row, end.column) if inside else start, inside
+
+
 def _located(finding: Finding, notebook: Notebook) -> Finding:
-    cell, row = notebook.cell_of(finding.location.row)
-    end_cell, end_row = notebook.cell_of(finding.end_location.row)
-    end = Location(end_row, finding.end_location.column) if end_cell == cell else Location(row, finding.location.column)
-    related = tuple(_located_place(place, notebook) for place in finding.related)
+    cell, start, end, _ = _in_cell(notebook, finding.location, finding.end_location)
     fix = finding.fix
     if fix is not None:
         # The edits' places in the cell (their offsets stay the joined text's, which --fix applies);
         # a fix that would reach into another cell is not offered.
         edits: list[Edit] = []
         for edit in fix.edits:
-            start_cell, start_row = notebook.cell_of(edit.location.row)
-            end_cell, end_row = notebook.cell_of(edit.end_location.row)
-            if start_cell != cell or end_cell != cell:
+            edit_cell, edit_start, edit_end, inside = _in_cell(notebook, edit.location, edit.end_location)
+            if edit_cell != cell or not inside:
                 edits = []
                 break
-            edits.append(
-                replace(
-                    edit,
-                    location=Location(start_row, edit.location.column),
-                    end_location=Location(end_row, edit.end_location.column),
-                )
-            )
+            edits.append(replace(edit, location=edit_start, end_location=edit_end))
         fix = replace(fix, edits=tuple(edits)) if edits else None
     return replace(
         finding,
         fix=fix,
         cell=cell or None,
-        location=Location(row, finding.location.column),
+        location=start,
         end_location=end,
-        related=related,
+        related=tuple(_located_place(place, notebook) for place in finding.related),
         context=_cells_in(finding.context, notebook),
     )
 
 
 def _located_place(place: Related, notebook: Notebook) -> Related:
-    cell, row = notebook.cell_of(place.location.row)
-    end_cell, end_row = notebook.cell_of(place.end_location.row)
-    end = Location(end_row, place.end_location.column) if end_cell == cell else Location(row, place.location.column)
-    return replace(place, cell=cell or None, location=Location(row, place.location.column), end_location=end)
+    cell, start, end, _ = _in_cell(notebook, place.location, place.end_location)
+    return replace(place, cell=cell or None, location=start, end_location=end)
 
 
 _LINE_MENTION = re.compile(r"\((?P<file>[^()]*?):(?P<row>\d+)\)|\bline (?P<bare>\d+)\b")

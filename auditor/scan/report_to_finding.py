@@ -88,11 +88,14 @@ def to_findings(
     raw,
     positions: Positions,
     used: set[tuple[int, str]] | None = None,
+    suppressed: dict[int, frozenset[str]] | None = None,
 ) -> list[Finding]:
-    """`used` receives the (line, code) of each suppression comment that silenced a report."""
+    """`used` receives the (line, code) of each suppression comment that silenced a report;
+    `suppressed`: the text's suppression comments, when the caller has read them already."""
     starts = positions.line_starts
     lines = source_lines(text)
-    suppressed = suppressions(text)
+    if suppressed is None:
+        suppressed = suppressions(text)
     # One per rule and line, with the group it is part of; suppressed line by line, then grouped.
     findings: dict[tuple[str, int], tuple[Finding, Group | None]] = {}
     for rule_class, report, reason in raw:

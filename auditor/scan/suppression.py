@@ -6,7 +6,9 @@ import io
 import re
 import tokenize
 
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.I)
+# A list of rule codes, as a noqa comment lists them after its colon (also read by add_noqa.py).
+CODE_LIST = r"[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*"
+_NOQA = re.compile(rf"#\s*noqa(?::\s*(?P<codes>{CODE_LIST}))?", re.I)
 _IGNORE = re.compile(r"#\s*loopaudit:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
 
 ALL = frozenset({"*"})

@@ -24,6 +24,7 @@ from loopaudit.findings.finding import Finding
 from loopaudit.scan.cache import ResultCache, default_folder
 from loopaudit.scan.engine import analyze_source
 from loopaudit.scan.notebooks import is_notebook, located, notebook_from_cells
+from loopaudit.scan.options import ScanOptions
 from loopaudit.scan.project_scan import analyze_many
 
 
@@ -74,10 +75,8 @@ class Workspace:
         """A notebook the editor holds, as (cell URI, is code, text) in order: its code cells analysed
         as `loopaudit scan` analyses a notebook file, the findings by cell URI (rows in the cell)."""
         notebook = notebook_from_cells([(code, text) for _, code, text in cells])
-        try:
-            options = self.settings.options_for(Path(path))
-        except ConfigError as error:
-            self.problem = str(error)
+        options = self._options(path)
+        if options is None:
             return {}
         analysis = analyze_source(notebook.text, path, options, explicit=True, facts=self.facts.get(path), path=path)
         by_cell: dict[str, list[Finding]] = {uri: [] for uri, code, _ in cells if code}
@@ -86,11 +85,18 @@ class Workspace:
                 by_cell.setdefault(cells[finding.cell - 1][0], []).append(finding)
         return by_cell
 
-    def _analyse(self, document: Document) -> list[Finding]:
+    def _options(self, path: str) -> ScanOptions | None:
+        """The file's scan options from its configuration; None (and the problem noted) when that
+        configuration cannot be read."""
         try:
-            options = self.settings.options_for(Path(document.path))
+            return self.settings.options_for(Path(path))
         except ConfigError as error:
             self.problem = str(error)
+            return None
+
+    def _analyse(self, document: Document) -> list[Finding]:
+        options = self._options(document.path)
+        if options is None:
             return []
         analysis = analyze_source(
             document.text,

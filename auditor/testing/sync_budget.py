@@ -27,8 +27,6 @@ from typing import cast
 
 from loopaudit.testing.budget import Budget
 
-_SYNC_WARNING = "synchronizing CUDA operation"  # the text of set_sync_debug_mode's warning
-
 
 class SyncBudgetExceeded(AssertionError):
     """The code inside a budget synchronized more often than allowed. An AssertionError, so that
@@ -105,11 +103,13 @@ class _Shared:
 
     @classmethod
     def _watch_cuda(cls, torch) -> None:
+        from loopaudit.profiling.in_script.spy import SYNC_WARNING
+
         cls._mode_before = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("warn")
         cls._showwarning_before = warnings.showwarning
         warnings.showwarning = cls._on_warning
-        warnings.filterwarnings("always", message=f".*{_SYNC_WARNING}.*")
+        warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
         cls._filter = warnings.filters[0]
 
     @classmethod
@@ -124,9 +124,10 @@ class _Shared:
 
     @classmethod
     def _on_warning(cls, message, category, filename, lineno, file=None, line=None):
-        if _SYNC_WARNING in str(message) and cls._spy is not None and cls.budgets():
-            from loopaudit.profiling.in_script.sites import user_site
+        from loopaudit.profiling.in_script.sites import user_site
+        from loopaudit.profiling.in_script.spy import SYNC_WARNING  # loaded with torch, when the first budget opened
 
+        if SYNC_WARNING in str(message) and cls._spy is not None and cls.budgets():
             cls._spy.note_sync_warning(user_site())
             return None
         previous = cls._showwarning_before or warnings._showwarning_orig

@@ -39,13 +39,6 @@ def advice(loader, cpu_count: int) -> str:
     )
 
 
-def _interval(estimate) -> str:
-    """4.4% [2.1%, 6.9%]"""
-    if estimate.low is None:
-        return f"{estimate.value:.1%}"
-    return f"{estimate.value:.1%} [{estimate.low:.1%}, {estimate.high:.1%}]"
-
-
 class DataLoaderStall(RuntimeRule):
     code = "LA602"
     name = "data-loader-stall"
@@ -141,7 +134,7 @@ class DataLoaderStall(RuntimeRule):
             return
         if verdict == "inconclusive":
             yield Undecided(
-                f"{self.code} undecided: the steps waited for batches not yet loaded {_interval(estimate)} of their "
+                f"{self.code} undecided: the steps waited for batches not yet loaded {estimate.as_share()} of their "
                 f"time over {steps_phrase(estimate.steps, 'steady')}, which straddles the {THRESHOLD:.0%} threshold; "
                 f"measure more steps (`--max-steps {max(2 * run.steps_measured, 100)}`) to settle it"
             )
@@ -154,7 +147,7 @@ class DataLoaderStall(RuntimeRule):
         for loader in named or [loaders[0][1]]:
             share = loader.starved_seconds / run.step_seconds
             waited = loader.starved_seconds * 1000 / run.steps_measured
-            part = f"{share:.0%} ({_interval(estimate)} for all loaders)" if len(loaders) > 1 else _interval(estimate)
+            part = f"{share:.0%} ({estimate.as_share()} for all loaders)" if len(loaders) > 1 else estimate.as_share()
             message = (
                 f"the steps waited for this DataLoader's batches {part} of the time over "
                 f"{steps_phrase(estimate.steps, 'steady')} ({waited:.1f} ms per step, median step {median:.1f} ms); "

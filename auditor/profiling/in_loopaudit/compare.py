@@ -26,9 +26,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from loopaudit.profiling.in_script.stability import share_interval
+from loopaudit.profiling.in_script.stability import Z975, share_interval
 
-_Z975 = 1.959964
 # How each limit is written and read: step-time in percent of the step time, data-wait in
 # percentage points of the step, syncs in calls per step.
 METRICS = {"step-time": "%", "data-wait": "points", "syncs": "per step"}
@@ -116,7 +115,7 @@ def log_shift(before: Sequence[float], after: Sequence[float]) -> tuple[float, f
     n, m = len(before), len(after)
     shift = statistics.median(differences)
     spread = math.sqrt(n * m * (n + m + 1) / 12)
-    k = math.floor(n * m / 2 - _Z975 * spread)
+    k = math.floor(n * m / 2 - Z975 * spread)
     if k < 1:
         return shift, None, None
     return shift, differences[k - 1], differences[n * m - k]

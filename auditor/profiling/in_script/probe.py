@@ -34,7 +34,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataL
 
 from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport, SiteRecord, StepRecord
 from loopaudit.profiling.in_script.sites import user_site
-from loopaudit.profiling.in_script.spy import BatchTracker, SyncSpy
+from loopaudit.profiling.in_script.spy import SYNC_WARNING, BatchTracker, SyncSpy
 from loopaudit.profiling.in_script.stability import settled
 
 if TYPE_CHECKING:
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from torch.profiler import profile as TorchProfile  # the name `profile` is a flag here
 
     _ShowWarning = Callable[..., None]  # warnings.showwarning's kind
-
-_SYNC_WARNING = "synchronizing CUDA operation"  # the text of set_sync_debug_mode's warning
 
 
 class AuditComplete(BaseException):
@@ -309,7 +307,7 @@ class Probe:
             torch.cuda.set_sync_debug_mode("warn")
             self._original_showwarning = warnings.showwarning
             warnings.showwarning = self._on_warning
-            warnings.filterwarnings("always", message=f".*{_SYNC_WARNING}.*")
+            warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
 
     def _close_window(self) -> None:
         if self._spy is not None:
@@ -327,7 +325,7 @@ class Probe:
             self._profiler = None
 
     def _on_warning(self, message, category, filename, lineno, file=None, line=None):
-        if _SYNC_WARNING not in str(message):
+        if SYNC_WARNING not in str(message):
             return self._original_showwarning(message, category, filename, lineno, file, line)
         if self._spy is not None:
             self._spy.note_sync_warning(user_site())

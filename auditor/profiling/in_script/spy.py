@@ -33,6 +33,10 @@ import torch
 from loopaudit.profiling.in_script.report import BatchMove, SiteRecord
 from loopaudit.profiling.in_script.sites import caller_frame, is_user_file, user_frame
 
+# The text of the warning torch's CUDA sync check (`set_sync_debug_mode("warn")`) gives for a sync:
+# the probe and the sync budget catch it to count syncs made inside C++ (note_sync_warning).
+SYNC_WARNING = "synchronizing CUDA operation"
+
 # Tensors straight out of a DataLoader carry the index of their loader under this attribute, and
 # tensors the script moved to its device carry MOVED; see BatchTracker.
 BATCH_TAG = "_loopaudit_batch"

@@ -35,7 +35,7 @@ _T975 = (
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
-_Z975 = 1.959964  # the normal's 97.5th percentile
+Z975 = 1.959964  # the normal's 97.5th percentile: two-sided 95 % intervals
 _MOST_BATCHES = 20  # more batches than this makes each too short to absorb the steps' correlation
 _FEWEST_BATCHES = 5
 # A side of the window that runs this many times slower than the other is a transient.
@@ -62,6 +62,12 @@ class Estimate:
     low: float | None
     high: float | None
     steps: int
+
+    def as_share(self) -> str:
+        """A share as reports print it: "4.4% [2.1%, 6.9%]" (the value alone without an interval)."""
+        if self.low is None or self.high is None:
+            return f"{self.value:.1%}"
+        return f"{self.value:.1%} [{self.low:.1%}, {self.high:.1%}]"
 
     def against(self, threshold: float) -> str:
         """ "above", "below" or "inconclusive": where the interval lies against a threshold."""
@@ -127,7 +133,7 @@ def proportion_interval(successes: int, trials: int) -> Estimate:
     stays inside [0, 1] and behaves at 0 of n and n of n, where the textbook one does not)."""
     if trials <= 0:
         return Estimate(0.0, None, None, 0)
-    z = _Z975
+    z = Z975
     share = successes / trials
     scale = 1 + z * z / trials
     center = (share + z * z / (2 * trials)) / scale
