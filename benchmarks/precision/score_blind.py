@@ -62,6 +62,11 @@ FAMILY_OF_CODE = {
     "LA404": "ZEROGRAD",
     "LA501": "NOGRAD",
     "LA502": "AMPDEPRECATED",
+    "LA701": "FINDUNUSED",
+    "LA702": "NOSYNC",
+    "LA703": "COLLECTIVE",
+    "LA704": "SYNCBN",
+    "LA705": "SETEPOCH",
 }
 
 
