@@ -49,7 +49,28 @@ def too_complex_for_python(text: str) -> Refusal | None:
     # (`return` outside a function, 21 nested loops), which the analysis reads fine; and a grammar
     # error is not the interpreter's to judge (see above).
     refusal = _refusal(lambda: ast.parse(text))
-    return refusal if refusal is not None and refusal.limit else None
+    if refusal is not None and not refusal.limit:
+        # A grammar error stops CPython before it meets a line past its limits further on (an
+        # indentation error after `x = y[0][0]...` 20,000 times): libcst would still parse that line,
+        # for minutes. Long lines are asked on their own.
+        return _overlong_line(text)
+    return refusal
+
+
+# Lines shorter than this cannot hold enough nesting to trouble libcst (CPython's limits start at 200
+# nested brackets and some 1,000 levels of anything else, each at least two characters).
+_LONG_LINE = 2_000
+
+
+def _overlong_line(text: str) -> Refusal | None:
+    """The first long line that CPython, parsing it alone, refuses for its size or nesting."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if len(line) < _LONG_LINE:
+            continue
+        refusal = _refusal(lambda line=line: ast.parse(line.strip()))
+        if refusal is not None and refusal.limit:
+            return Refusal(number, 1, refusal.reason, True)
+    return None
 
 
 def _refusal(parse) -> Refusal | None:
