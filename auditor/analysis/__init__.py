@@ -15,6 +15,7 @@ keeps it so.
 """
 
 from loopaudit.analysis.argument_values import CPU_COUNT, UNKNOWN, command_line_default, constant, counts_cpus
+from loopaudit.analysis.distributed import DDP_CLASSES, collective_of, is_computation
 from loopaudit.analysis.module_index import FrameKind, LoopInfo, ModuleIndex, Scope, argument_for
 from loopaudit.analysis.names import dotted_name, target_names, terminal_name
 from loopaudit.analysis.patterns import (
@@ -37,6 +38,7 @@ from loopaudit.analysis.walk import holds, iter_subtree
 __all__ = [
     "BATCH_FETCH",
     "CPU_COUNT",
+    "DDP_CLASSES",
     "EVALUATION_FUNCTION",
     "FORWARD_CALLEE",
     "TORCH_CONVERSIONS",
@@ -50,12 +52,14 @@ __all__ = [
     "StepModel",
     "TensorInference",
     "argument_for",
+    "collective_of",
     "command_line_default",
     "constant",
     "counts_cpus",
     "dotted_name",
     "drawn_from",
     "holds",
+    "is_computation",
     "is_inference_method",
     "is_training_call",
     "iter_subtree",

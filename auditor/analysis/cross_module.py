@@ -27,7 +27,8 @@ class ProjectFacts:
     # (qualname, parameter, kind): what the callers in other modules pass (a Kind's value, merged here)
     argument_kinds: tuple[tuple[str, str, str], ...] = ()
     # (qualname, parameter, value): the setting (an int or bool, such as a worker count) that the callers
-    # in other modules pass for a parameter that a function of this module hands to a DataLoader
+    # in other modules pass for a parameter that is a setting of a function of this module (a DataLoader
+    # argument, a loop's cadence: summarize._settings_params)
     argument_values: tuple[tuple[str, str, object], ...] = ()
     # (qualname, parameter, "@file:Class"): the class of the object the callers pass
     argument_classes: tuple[tuple[str, str, str], ...] = ()
@@ -72,6 +73,12 @@ class ProjectFacts:
     # (qualname, whether every call from other modules runs with autograd off): a function of this module
     # that other modules call, and whether they all call it under `torch.no_grad()` (drqv2's `act`)
     grad_off_callers: tuple[tuple[str, bool], ...] = ()
+    # Some module of the project wraps a model in DDP (itself or through Accelerate/Fabric), and some
+    # module calls `.set_epoch(...)` (distributed.py): what the distributed-training rules ask.
+    wraps_ddp: bool = False
+    sets_sampler_epoch: bool = False
+    # (call target, collective): calls into communication helpers of other modules (`utils.reduce_dict`)
+    collectives: tuple[tuple[str, str], ...] = ()
 
     def demand_analysis(self) -> bool:
         """Does the project need the module analysed whatever it looks like? Its step loop, its torch
@@ -96,6 +103,9 @@ class ProjectFacts:
             self.passed_step_work,
             self.option_values,
             self.grad_off_callers,
+            self.wraps_ddp,
+            self.sets_sampler_epoch,
+            self.collectives,
         )
         if not self.active:
             return steps
@@ -130,6 +140,9 @@ class ProjectFacts:
             reached=self.reached or newer.reached,
             passed_step_work=tuple(sorted(set(self.passed_step_work) | set(newer.passed_step_work))),
             option_values=tuple(sorted(set(self.option_values) | set(newer.option_values), key=repr)),
+            wraps_ddp=self.wraps_ddp or newer.wraps_ddp,
+            sets_sampler_epoch=self.sets_sampler_epoch or newer.sets_sampler_epoch,
+            collectives=tuple(sorted(set(self.collectives) | set(newer.collectives))),
         )
 
     def reaches_project(self, target: str) -> bool:
@@ -181,7 +194,9 @@ class FunctionFacts:
     # parameters a step loop of its own iterates, whether it trains, and whether it iterates them again
     # and again (once per epoch: a loader the constructor keeps for `train()` to iterate every epoch)
     iterates: tuple[tuple[str, bool, bool], ...] = ()
-    loader_settings: tuple[str, ...] = ()  # parameters it passes on as a DataLoader's arguments (`num_workers=workers`)
+    settings_params: tuple[
+        str, ...
+    ] = ()  # parameters that are settings: a DataLoader's arguments, a loop's cadence (summarize.py)
     abstract: bool = False  # a method a subclass must provide: `pass`, `...` or `raise NotImplementedError` only
     signature: Signature = Signature()  # noqa: RUF009 (frozen: one shared default is safe); what calls it accepts (a call resolved by method name must fit)
     # (parameter, why the call runs per step) for each parameter it calls per step: a callback
@@ -190,6 +205,7 @@ class FunctionFacts:
     options: tuple[str, ...] = ()  # parameters whose value selects an arm of its code (options.py)
     # the called parameters it calls only with autograd off (`with torch.no_grad(): evaluate(model, batch)`)
     grad_off_params: tuple[str, ...] = ()
+    collective: str = ""  # the collective it runs for its caller, a communication helper (distributed.py)
 
 
 @dataclass(frozen=True)
@@ -224,3 +240,5 @@ class ModuleSummary:
     # (`trainer_dict = {"base": BaseTrainer, "crd": CRDTrainer}`): a call `trainer_dict[key](...)`
     # may construct or call any of them
     registries: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    wraps_ddp: bool = False  # distributed.wraps_ddp
+    sets_sampler_epoch: bool = False  # distributed.sets_sampler_epoch

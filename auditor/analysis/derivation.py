@@ -82,6 +82,7 @@ def derive_facts(
     passed: dict[str, set[tuple[str, str]]] = {}
     selecting: dict[str, set[tuple[str, str, str, object]]] = {}  # option_values, by module
     grad_off: dict[str, dict[str, bool]] = {}  # grad_off_callers, by module
+    collectives: dict[str, set[tuple[str, str]]] = {}
     for path, edges in resolved.items():
         for edge, file, qualname in edges:
             if file != path:
@@ -109,6 +110,8 @@ def derive_facts(
                     if passed_value is None:
                         passed_value = ("default", None)  # left out (or out of sight in `**kwargs`)
                     selecting.setdefault(file, set()).add((qualname, param, *passed_value))
+                if target.collective:
+                    collectives.setdefault(path, set()).add((edge.target, target.collective))
                 for table, found in ((trains, target.trains), (loops, target.has_step_loop), (work, target.step_work)):
                     if found:
                         table.setdefault(path, set()).add(edge.target)
@@ -117,7 +120,7 @@ def derive_facts(
                     iterates.setdefault(path, set()).add((edge.target, param, index, trained, again))
                 for key, value in edge.values:
                     name = _parameter_named(target.params, key)
-                    if name in target.loader_settings:
+                    if name in target.settings_params:
                         values.setdefault(file, set()).add((qualname, name, value))
             for element, trained, again in edge.result_uses:
                 returned.setdefault(file, set()).add((qualname, element, trained, again))
@@ -208,6 +211,11 @@ def derive_facts(
         for dest, value in summary.command_line_defaults:
             declared.setdefault(dest, set()).add((type(value), value))
     options = tuple(sorted((dest, value) for dest, ((_, value), *more) in declared.items() if not more))
+    # DDP and `set_epoch` count where the code is connected: a repository's other scripts (an
+    # `examples/` folder beside the training code) wrap their own models.
+    component = _components(layout.paths, resolved)
+    ddp = {component[path] for path, summary in summaries.items() if summary.wraps_ddp}
+    set_epoch = {component[path] for path, summary in summaries.items() if summary.sets_sampler_epoch}
     facts = {}
     for path in layout.paths:
         facts[path] = ProjectFacts(
@@ -236,8 +244,28 @@ def derive_facts(
             grad_off_callers=tuple(sorted(grad_off.get(path, {}).items())),
             passed_step_work=tuple(sorted(passed.get(path, ()))),
             option_values=tuple(sorted(selecting.get(path, ()), key=repr)),
+            wraps_ddp=component[path] in ddp,
+            sets_sampler_epoch=component[path] in set_epoch,
+            collectives=tuple(sorted(collectives.get(path, ()))),
         )
     return facts
+
+
+def _components(paths: Iterable[str], resolved: dict[str, list[tuple[CallEdge, str, str]]]) -> dict[str, str]:
+    """path -> a representative of the modules connected to it by calls (either way, transitively)."""
+    parent = {path: path for path in paths}
+
+    def find(path: str) -> str:
+        while parent[path] != path:
+            parent[path] = parent[parent[path]]
+            path = parent[path]
+        return path
+
+    for path, edges in resolved.items():
+        for _, file, _ in edges:
+            if path in parent and file in parent:
+                parent[find(path)] = find(file)
+    return {path: find(path) for path in paths}
 
 
 # Why the forward of a model nobody in the scan is seen to call counts as per-step.

@@ -460,7 +460,10 @@ class _Indexer:
 
     def _periodic_flag(self, test: cst.BaseExpression) -> bool:
         """`if log_losses:` where the function set `log_losses = i > 0 and n_iter % print_freq == 0`:
-        a flag bound (so far, and only) to a periodic test is one."""
+        a flag bound (so far, and only) to a periodic test is one, alone or in a conjunction
+        (`if ddp and log_train:`, build-nanogpt's)."""
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return self._periodic_flag(test.left) or self._periodic_flag(test.right)
         if not isinstance(test, cst.Name):
             return False
         bindings = self.scope.assignments.get(test.value, [])

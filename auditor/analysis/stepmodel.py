@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, cast
 import libcst as cst
 
 from loopaudit.analysis.cross_module import ProjectFacts
+from loopaudit.analysis.distributed import helper_collective, library_collective, sets_sampler_epoch, wraps_ddp
 from loopaudit.analysis.module_index import (
     Binding,
     CallSite,
@@ -1945,6 +1946,35 @@ class StepModel:
             if parent is not None and self.is_torch_module(parent, seen | {id(cls)}):
                 return True
         return False
+
+    def wraps_ddp(self) -> bool:
+        """Is a model of this project trained under DistributedDataParallel: wrapped here, or in any
+        module of the scanned project (distributed.py)?"""
+        return (self.facts is not None and self.facts.wraps_ddp) or wraps_ddp(self.index)
+
+    def communication_helper(self, function: FunctionInfo) -> str | None:
+        """The collective (`"all_reduce"`) that calling `function` runs, when it is a helper that
+        communicates on its caller's behalf (`reduce_tensor(loss)`) rather than a training function."""
+        if self.trains(function) or self.has_step_loop(function):
+            return None
+        return helper_collective(function, self.index)
+
+    def collective_called(self, site: CallSite) -> str | None:
+        """The collective a call runs through a communication helper: of this module, another module
+        of the project, or a library (`timm.utils.reduce_tensor`)."""
+        if (name := library_collective(site.call, self.index)) is not None:
+            return name
+        for function in self.resolve(site):
+            if (name := self.communication_helper(function)) is not None:
+                return name
+        if self.facts is None or not self.facts.collectives:
+            return None
+        known = dict(self.facts.collectives)
+        return next((known[target] for target in self.external_targets(site) if target in known), None)
+
+    def sets_sampler_epoch(self) -> bool:
+        """Does this module, or any of the scanned project, call `.set_epoch(...)`?"""
+        return (self.facts is not None and self.facts.sets_sampler_epoch) or sets_sampler_epoch(self.index)
 
     def has_framework_classes(self) -> bool:
         return any(self.framework_of(cls) for cls in self.index.classes.values())

@@ -9,11 +9,13 @@ import libcst as cst
 from loopaudit.analysis.argument_values import CPU_COUNT, At, declared_defaults, setting_value
 from loopaudit.analysis.cross_module import CallEdge, FunctionFacts, ModuleSummary
 from loopaudit.analysis.device import names_cuda
+from loopaudit.analysis.distributed import sets_sampler_epoch, wraps_ddp
 from loopaudit.analysis.module_index import FrameKind, ModuleIndex
 from loopaudit.analysis.names import dotted_name
 from loopaudit.analysis.options import UNREAD, literal
 from loopaudit.analysis.stepmodel import StepModel
 from loopaudit.analysis.tensors import TensorInference
+from loopaudit.analysis.walk import iter_subtree
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -160,6 +162,8 @@ def summarize(
         names_cuda_device=bool(index.cuda_strings),
         moves_to_device=index.moves_to_device,
         registries=registries,
+        wraps_ddp=wraps_ddp(index),
+        sets_sampler_epoch=sets_sampler_epoch(index),
         command_line_defaults=tuple(
             sorted(
                 (dest, value)
@@ -250,12 +254,13 @@ def _function_facts(steps: StepModel, function: FunctionInfo, describe: _Describ
         steps.function_does_step_work(function),
         function.positional_params,
         steps.iterated_params(function),
-        _loader_settings(steps, function),
+        _settings_params(steps, function),
         _is_abstract(function),
         function.signature,
         tuple(sorted(called.items())),
         steps.option_params(function),
         tuple(sorted(param for param, off in grad_off.items() if off)),
+        steps.communication_helper(function) or "",
     )
 
 
@@ -291,10 +296,19 @@ def _raised_name(exc: cst.BaseExpression) -> str:
     return dotted_name(exc.func if isinstance(exc, cst.Call) else exc) or ""
 
 
-def _loader_settings(steps: StepModel, function: FunctionInfo) -> tuple[str, ...]:
-    """The parameters `function` hands straight to a DataLoader: `DataLoader(ds, num_workers=workers)`."""
+def _settings_params(steps: StepModel, function: FunctionInfo) -> tuple[str, ...]:
+    """The parameters that are settings the rules read: handed straight to a DataLoader
+    (`DataLoader(ds, num_workers=workers)`), or setting a loop's cadence (`(i + 1) % update_freq == 0`,
+    gradient accumulation's factor)."""
     params = function.scope.params
-    found: set[str] = set()
+    found: set[str] = {
+        node.right.value
+        for node in iter_subtree(function.node.body)
+        if isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Modulo)
+        and isinstance(node.right, cst.Name)
+        and node.right.value in params
+    }
     for site in function.all_calls:
         qualified = steps.index.imports.qualify(site.call.func) or ""
         if qualified.endswith("DataLoader"):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
+import shlex
 import signal
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, cast
 
@@ -110,6 +112,29 @@ def run(
     color: Annotated[bool | None, typer.Option("--color/--no-color", help="Force colour on or off.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="Use this configuration file.")] = None,
     isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+    nproc_per_node: Annotated[
+        int,
+        typer.Option(
+            "--nproc-per-node",
+            min=1,
+            help=(
+                "Run the script as this many ranks of one distributed job on this machine, as "
+                "`torchrun --standalone --nproc-per-node N` would (RANK, WORLD_SIZE, MASTER_ADDR, ... set), and "
+                "report every rank: step time, data wait, comm wait, the straggler."
+            ),
+        ),
+    ] = 1,
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            "--launcher",
+            help=(
+                "Run the ranks under your own launcher command instead, as one string: "
+                '`--launcher "torchrun --nproc-per-node 4"`, `--launcher "accelerate launch --num_processes 2"`. '
+                "It is called as LAUNCHER -m <loopaudit's runner> SCRIPT ARGS."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Run a training script for a few steps and measure its step time, data waits and syncs.
 
@@ -150,6 +175,15 @@ def run(
     if not torch_is_installed():
         raise usage_error("`loopaudit run` needs torch in this environment: pip install 'loopaudit[profile]'")
 
+    distributed = nproc_per_node > 1 or launcher is not None
+    if distributed and profile:
+        raise usage_error("--profile records one process: measure the ranks without it, or profile one rank")
+    if nproc_per_node > 1 and launcher is not None:
+        raise usage_error("--nproc-per-node and --launcher both start the ranks: give one of them")
+    launcher_command = shlex.split(launcher) if launcher is not None else None
+    if launcher_command == []:
+        raise usage_error('--launcher: give the launcher\'s command, e.g. "torchrun --nproc-per-node 2"')
+
     script_path = str(path.resolve())
     scan: list[Finding] = []
 
@@ -173,6 +207,9 @@ def run(
         script_output=sys.stderr if output_format is not OutputFormat.full else None,
         on_progress=_PhaseNotes(warmup, steps) if output_format is OutputFormat.full and _on_terminal() else None,
     )
+    if distributed:
+        shown_as = _JobReport(runtime_rules, shown, options, output_format, color, exit_zero)
+        _run_job(request, nproc_per_node, launcher_command, scan_while_it_runs, scan, shown_as)
     outcome = run_script(request, scan_while_it_runs)
     report = outcome.report
     # A timeout or a signal to loopaudit is loopaudit's (or the user's) doing, not the script failing.
@@ -237,6 +274,99 @@ def run(
     if outcome.interrupted:
         raise typer.Exit(128 + cast(int, outcome.signal))
     raise typer.Exit(EXIT_FINDINGS if audit.findings and not exit_zero else EXIT_CLEAN)
+
+
+@dataclass(frozen=True)
+class _JobReport:
+    """What a job's report is made of and how it is shown: as `run` takes it for one process."""
+
+    runtime_rules: tuple[type[RuntimeRule], ...]
+    shown: frozenset[str]
+    options: ScanOptions
+    output_format: OutputFormat
+    color: bool | None
+    exit_zero: bool
+
+
+def _run_job(
+    request, world_size: int, launcher: list[str] | None, scan_while_it_runs, scan: list[Finding], report: _JobReport
+):
+    """`loopaudit run --nproc-per-node N` or `--launcher CMD`: every rank measured, one merged report
+    (job.py). Ends with the exit status: a failed rank's own, 2 when no rank measured a step, else 1
+    with findings."""
+    from loopaudit.profiling.in_loopaudit.audit import audit_run, display_path
+    from loopaudit.profiling.in_loopaudit.evidence import RunEvidence
+    from loopaudit.profiling.in_loopaudit.job import RankView, first_failure, merge, rank_status
+    from loopaudit.profiling.in_loopaudit.runner import LauncherError, run_launched, run_ranks
+    from loopaudit.reporting import measured, measured_json
+
+    script_path = str(Path(request.script).resolve())
+    launcher_status = None
+    if launcher is not None:
+        try:
+            outcomes, launcher_status = run_launched(request, launcher, scan_while_it_runs)
+        except LauncherError as error:
+            raise usage_error(str(error)) from None
+        world_size = len(outcomes)
+        if not outcomes:
+            raise _end(
+                f"the launcher ended (exit status {launcher_status}) before any rank started; its output is above",
+                launcher_status or EXIT_ERROR,
+            )
+    else:
+        outcomes = run_ranks(request, world_size, scan_while_it_runs)
+    views = []
+    first = first_failure(outcomes)
+    for outcome in outcomes:
+        status, failed = rank_status(outcome, first)
+        view = RankView(outcome.rank, outcome, status, failed)
+        probed = outcome.outcome.report
+        if probed is not None and probed.error:
+            raise usage_error(probed.error)
+        if probed is not None and probed.steps:
+            files = scan + [f for f in _scan_other_files(probed, script_path, report.options) if f not in scan]
+            view.evidence = RunEvidence(probed, script_path, None, files)
+            view.audit = audit_run(view.evidence, report.runtime_rules, [f for f in files if f.code in report.shown])
+        views.append(view)
+    job = merge(views)
+    measured_steps = [view.steps for view in views if view.steps]
+    display = display_path(script_path)
+    failures = [view for view in views if view.failed]
+    if report.output_format is OutputFormat.json:
+        measured_json.write(measured_json.job_document(job, display, request.args, world_size), sys.stdout)
+    elif report.output_format is OutputFormat.full:
+        device = next((view.evidence.report.device for view in views if view.evidence), "?")
+        headline = f"loopaudit run: {display} as {world_size} ranks on {device}"
+        notes = []
+        if measured_steps:
+            notes.append(
+                f"{max(measured_steps)} steps measured per rank after {steps_phrase(request.warmup, 'warm-up')}."
+            )
+        if first is not None:
+            others = [view.rank for view in failures if view.rank != first]
+            after = f"; rank {', '.join(map(str, others))} failed after it" if others else ""
+            notes.append(
+                f"Rank {first} failed first (exit status {outcomes[first].outcome.status}){after}. "
+                "The ranks' own output is above."
+            )
+        measured.render_job(job, headline, notes, sys.stdout, wants_color(report.color))
+    else:
+        FORMATS[report.output_format.value](job.findings, sys.stdout, wants_color(report.color))
+    if first is not None:
+        if report.output_format is not OutputFormat.full:
+            typer.echo(f"loopaudit: rank {first} failed first, exit status {outcomes[first].outcome.status}", err=True)
+        raise typer.Exit(outcomes[first].outcome.status)
+    interrupted = next((o.outcome.signal for o in outcomes if o.outcome.interrupted), None)
+    if interrupted is not None:
+        raise typer.Exit(128 + interrupted)
+    if not measured_steps:
+        raise _end("no rank measured a step: " + "; ".join(f"rank {v.rank} {v.status}" for v in views), EXIT_ERROR)
+    stuck = [view.rank for view in views if view.outcome.stuck_after is not None]
+    if stuck or (job.straggler is not None and all(o.outcome.timed_out for o in outcomes)):
+        # a job that hangs is a failure a gate must see, whatever was measured before it
+        hung = stuck or [cast(int, job.straggler)]
+        raise _end(f"the job hung: rank {', '.join(map(str, hung))} stopped making progress", EXIT_ERROR)
+    raise typer.Exit(EXIT_FINDINGS if job.findings and not report.exit_zero else EXIT_CLEAN)
 
 
 def _stopped_by(number: int) -> str:
@@ -359,7 +489,11 @@ def _describe_run(evidence, outcome, script_failed: bool, script: str) -> tuple[
 
 def analyze(
     trace: Annotated[
-        str, typer.Argument(help="A torch.profiler (kineto) trace: .json or .json.gz.", show_default=False)
+        str,
+        typer.Argument(
+            help="A torch.profiler (kineto) trace: .json or .json.gz; or a folder with one trace per rank of a job.",
+            show_default=False,
+        ),
     ],
     output_format: Annotated[
         OutputFormat, typer.Option("--output-format", help=f"{format_names()}.")
@@ -380,6 +514,8 @@ def analyze(
     from loopaudit.reporting import measured, measured_json
 
     settings = build_settings(select, None, ignore, None, config, isolated)
+    if Path(trace).is_dir():
+        _analyze_ranks(Path(trace), settings, output_format, color, exit_zero)
     try:
         runtime_rules, _ = _split(settings.rules_for(Path(trace)))
         analysis = analyze_trace(load_trace(trace))
@@ -396,6 +532,49 @@ def analyze(
         if output_format is OutputFormat.concise and not findings:
             typer.echo("All checks passed: no findings in the trace.")
     raise typer.Exit(EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+# A rank named in a trace's file name (`rank-3.json.gz`, `trace_rank3.pt.trace.json`), where the trace
+# itself carries no distributedInfo.
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def _analyze_ranks(folder: Path, settings, output_format, color, exit_zero) -> None:
+    """`loopaudit analyze DIR`: each trace of the folder as one rank of a job (its distributedInfo's
+    rank, else a `rank-N` in its name), then the merged report `run --nproc-per-node` gives."""
+    from loopaudit.profiling.in_loopaudit.audit import audit_trace
+    from loopaudit.profiling.in_loopaudit.job import TraceRank, merge_traces
+    from loopaudit.profiling.in_loopaudit.trace import TraceError, load_trace
+    from loopaudit.profiling.in_loopaudit.trace_analysis import analyze_trace
+    from loopaudit.reporting import measured, measured_json
+
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    if not files:
+        raise usage_error(f"{folder} holds no trace (*.json or *.json.gz)")
+    ranks: dict[int, TraceRank] = {}
+    try:
+        runtime_rules, _ = _split(settings.rules_for(folder))
+        for number, path in enumerate(files):
+            loaded = load_trace(path)
+            named = _RANK_IN_NAME.search(path.name)
+            rank = loaded.rank if loaded.rank is not None else int(named.group(1)) if named else number
+            if rank in ranks:
+                raise usage_error(
+                    f"{path.name} and {os.path.basename(ranks[rank].analysis.path)} are both rank {rank}: "
+                    "give a folder with one trace per rank"
+                )
+            analysis = analyze_trace(loaded)
+            ranks[rank] = TraceRank(rank, analysis, audit_trace(analysis, runtime_rules))
+    except (ConfigError, TraceError) as error:
+        raise usage_error(str(error)) from None
+    job = merge_traces([ranks[rank] for rank in sorted(ranks)])
+    if output_format is OutputFormat.json:
+        measured_json.write(measured_json.trace_job_document(job, str(folder)), sys.stdout)
+    elif output_format is OutputFormat.full:
+        measured.render_trace_job(job, str(folder), sys.stdout, wants_color(color))
+    else:
+        FORMATS[output_format.value](job.findings, sys.stdout, wants_color(color))
+    raise typer.Exit(EXIT_FINDINGS if job.findings and not exit_zero else EXIT_CLEAN)
 
 
 class ComparisonFormat(str, enum.Enum):

@@ -9,6 +9,7 @@ console writes only what the stream's encoding can carry (safe_text.EncodableStr
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 from typing import TextIO, cast
@@ -21,6 +22,7 @@ from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
 from loopaudit.profiling.in_loopaudit.breakdown import PARTS, Breakdown
 from loopaudit.profiling.in_loopaudit.compare import Change, Comparison
+from loopaudit.profiling.in_loopaudit.job import JobAudit, TraceJob
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 from loopaudit.profiling.in_script.report import describe_site
@@ -374,3 +376,139 @@ def _summary(findings: Sequence[Finding]) -> str:
     counts = Counter(f.code for f in findings)
     codes = ", ".join(f"{code} ×{count}" if count > 1 else code for code, count in sorted(counts.items()))
     return f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({codes})"
+
+
+def render_job(job: JobAudit, headline: str, notes: Sequence[str], out: TextIO, color: bool) -> None:
+    """`loopaudit run --nproc-per-node N`: a row per rank, the straggler, the collectives, the findings."""
+    console = _console(out, color)
+    console.print(_shown(headline, style="bold"))
+    for note in notes:
+        console.print(_shown(note))
+    console.print()
+    _ranks(console, job)
+    if job.straggler is not None:
+        console.print(_shown(f"Straggler (◀): rank {job.straggler}: {job.straggler_reason}.", style="bold"))
+    elif job.straggler_reason:
+        console.print(_shown(f"Straggler: none, {job.straggler_reason}."))
+    if job.imbalance is not None and job.imbalance >= 0.05:
+        console.print(
+            _shown(f"Imbalance: the slowest rank's median step is {job.imbalance:.0%} longer than the fastest's.")
+        )
+    elif job.imbalance is not None:
+        console.print(
+            _shown(
+                f"Step times: every rank within {max(job.imbalance, 0.01):.0%} of the others (each step waits for the slowest)."
+            )
+        )
+    console.print()
+    _collectives(console, job)
+    _findings(console, out, job.findings, color)
+    if job.static:
+        _static(console, cast(RunAudit, _StaticOnly(job.static)))
+    console.print(Text(f"{_summary(job.findings)}."))
+
+
+def _ranks(console: Console, job: JobAudit) -> None:
+    stuck_at = any(view.outcome.outcome.report and view.outcome.outcome.report.halted_at for view in job.ranks)
+    table = Table(box=None, padding=(0, 1))
+    columns = ["rank", "status", "steps", "step time", "95%", "data wait", "comm wait", "collectives"]
+    for name in columns + (["stopped at"] if stuck_at else []):
+        left = name in ("status", "95%", "stopped at")
+        table.add_column(name, justify="left" if left else "right", no_wrap=name in ("status", "stopped at"))
+    for view in job.ranks:
+        step = view.step_ms
+        report = view.outcome.outcome.report
+        interval = ""
+        if step is not None and step.low is not None and step.high is not None:
+            interval = f"[{step.low:.1f}, {step.high:.1f}]"
+        row: list[str | Text] = [
+            f"{view.rank}{' ◀' if view.rank == job.straggler else ''}",
+            _shown(view.status, style="red" if view.failed else ""),
+            str(view.steps) if view.steps else "—",
+            _ms(step.value) if step is not None else "—",
+            interval,
+            _ms(view.data_wait_ms.value) if view.data_wait_ms is not None else "—",
+            _ms(view.comm_ms.value) if view.comm_ms is not None else "—",
+            f"{view.collectives_per_step:g}/step" if view.collectives_per_step is not None else "—",
+        ]
+        if stuck_at:
+            where = f"{display_path(report.halted_at[0])}:{report.halted_at[1]}" if report and report.halted_at else ""
+            row.append(_shown(where))
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        Text(
+            "Per step, medians: data wait for batches not loaded yet; comm wait inside torch.distributed's collectives.",
+            style="dim",
+        )
+    )
+    console.print()
+
+
+def _collectives(console: Console, job: JobAudit) -> None:
+    if not job.collectives:
+        return
+    console.print(Text("Collectives in the measured steps", style="bold"))
+    rows = Table(box=None, padding=(0, 2), show_header=True)
+    for name in ("where", "call", "per step", "time per step, by rank"):
+        rows.add_column(name)
+    for entry in job.collectives:
+        per_step = max(entry.per_step.values(), default=0.0)
+        times = ", ".join(f"{rank}: {_ms(ms)}" for rank, ms in sorted(entry.ms_per_step.items()))
+        via = f" (via {entry.via})" if entry.via else ""
+        rows.add_row(
+            _shown(f"{display_path(entry.file)}:{entry.line}"), _shown(entry.call + via), f"{per_step:g}", times
+        )
+    console.print(rows)
+    console.print()
+
+
+class _StaticOnly:
+    """What `_static` reads of a RunAudit, for the merged static checks of a job."""
+
+    def __init__(self, static) -> None:
+        self.static = static
+
+
+def render_trace_job(job: TraceJob, folder: str, out: TextIO, color: bool) -> None:
+    """`loopaudit analyze DIR`: one trace per rank, side by side."""
+    console = _console(out, color)
+    console.print(_shown(f"loopaudit analyze: {folder}, {len(job.ranks)} ranks", style="bold"))
+    console.print()
+    table = Table(box=None, padding=(0, 1))
+    for name in ("rank", "trace", "device", "steps", "step time", "95%", "data wait", "comm wait"):
+        table.add_column(name, justify="left" if name in ("trace", "device", "95%") else "right")
+    for rank in job.ranks:
+        step = rank.step_ms
+        interval = ""
+        if step is not None and step.low is not None and step.high is not None:
+            interval = f"[{step.low:.1f}, {step.high:.1f}]"
+        table.add_row(
+            f"{rank.rank}{' ◀' if rank.rank == job.straggler else ''}",
+            _shown(os.path.basename(rank.analysis.path)),
+            _shown(rank.analysis.device),
+            str(rank.steps) if rank.steps else "—",
+            _ms(step.value) if step is not None else "—",
+            interval,
+            _ms(rank.data_wait_ms.value) if rank.data_wait_ms is not None else "—",
+            _ms(rank.comm_ms.value) if rank.comm_ms is not None else "—",
+        )
+    console.print(table)
+    console.print(
+        Text(
+            "Per profiler step, medians: data wait in DataLoader `next()`; comm wait in collectives (NCCL kernels, or the host's gloo calls).",
+            style="dim",
+        )
+    )
+    console.print()
+    if job.straggler is not None:
+        console.print(_shown(f"Straggler (◀): rank {job.straggler}: {job.straggler_reason}.", style="bold"))
+    elif job.straggler_reason:
+        console.print(_shown(f"Straggler: none, {job.straggler_reason}."))
+    if job.imbalance is not None:
+        console.print(
+            _shown(f"Imbalance: the slowest rank's median step is {job.imbalance:.0%} longer than the fastest's.")
+        )
+    console.print()
+    _findings(console, out, job.findings, color)
+    console.print(Text(f"{_summary(job.findings)}."))

@@ -10,6 +10,7 @@ from typing import TextIO
 from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
 from loopaudit.profiling.in_loopaudit.breakdown import Breakdown
 from loopaudit.profiling.in_loopaudit.compare import Comparison
+from loopaudit.profiling.in_loopaudit.job import JobAudit, TraceJob
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 from loopaudit.reporting.safe_text import json_ready
 
@@ -179,3 +180,67 @@ def write(document: dict, out: TextIO) -> None:
     """As valid JSON whatever the trace or the script's paths hold (safe_text.json_ready)."""
     json.dump(json_ready(document), out, indent=2)
     out.write("\n")
+
+
+def job_document(job: JobAudit, script: str, arguments: list[str], world_size: int) -> dict:
+    """`loopaudit run --nproc-per-node N --output-format json`."""
+    return {
+        "script": script,
+        "arguments": arguments,
+        "world_size": world_size,
+        "ranks": [
+            {
+                "rank": view.rank,
+                "status": view.status,
+                "failed": view.failed,
+                "exit_status": view.outcome.outcome.status,
+                "stuck_after_rank": view.outcome.stuck_after,
+                "steps_measured": view.steps,
+                "step_time_ms": _estimate(view.step_ms, 3),
+                "data_wait_ms": _estimate(view.data_wait_ms, 3),
+                "comm_wait_ms": _estimate(view.comm_ms, 3),
+                "collectives_per_step": view.collectives_per_step,
+                "device": view.evidence.report.device if view.evidence else None,
+            }
+            for view in job.ranks
+        ],
+        "straggler": {"rank": job.straggler, "reason": job.straggler_reason},
+        "imbalance": _rounded(job.imbalance),
+        "collectives": [
+            {
+                "filename": display_path(entry.file),
+                "line": entry.line,
+                "call": entry.call,
+                "via": entry.via,
+                "per_step": entry.per_step,
+                "time_ms_per_step": entry.ms_per_step,
+            }
+            for entry in job.collectives
+        ],
+        "findings": [finding.to_json() for finding in job.findings],
+        "static": [check.to_json() for check in job.static],
+    }
+
+
+def trace_job_document(job: TraceJob, folder: str) -> dict:
+    """`loopaudit analyze DIR --output-format json`."""
+    return {
+        "folder": folder,
+        "world_size": len(job.ranks),
+        "ranks": [
+            {
+                "rank": rank.rank,
+                "trace": rank.analysis.path,
+                "device": rank.analysis.device,
+                "steps": rank.steps,
+                "step_time_ms": _estimate(rank.step_ms, 3),
+                "data_wait_ms": _estimate(rank.data_wait_ms, 3),
+                "comm_wait_ms": _estimate(rank.comm_ms, 3),
+                "gpu_idle_fraction": _rounded(rank.analysis.gpu_idle_fraction),
+            }
+            for rank in job.ranks
+        ],
+        "straggler": {"rank": job.straggler, "reason": job.straggler_reason},
+        "imbalance": _rounded(job.imbalance),
+        "findings": [finding.to_json() for finding in job.findings],
+    }

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import loopaudit.analysis as _analysis
 from loopaudit.analysis import *  # noqa: F403 (the analysis model's public names, as analysis/__init__.py declares them)
 from loopaudit.rule_api.context import RuleContext
-from loopaudit.rule_api.edits import TRUE, keyword_value, with_first_argument, with_keyword, without_argument
+from loopaudit.rule_api.edits import TRUE, is_true, keyword_value, with_first_argument, with_keyword, without_argument
 from loopaudit.rule_api.rule import FileRule, Fix, Group, Observation, Report, Rule, RuntimeRule, Undecided
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def __getattr__(name: str) -> Any:
 # the contract
 __all__ = ["FileRule", "Fix", "Group", "Observation", "Report", "Rule", "RuleContext", "RuntimeRule", "Undecided"]
 # building fixes
-__all__ += ["TRUE", "keyword_value", "with_first_argument", "with_keyword", "without_argument"]
+__all__ += ["TRUE", "is_true", "keyword_value", "with_first_argument", "with_keyword", "without_argument"]
 # the measured rules
 __all__ += ["RunEvidence", "TraceAnalysis", "describe_site", "steps_phrase"]
 # the analysis model

@@ -110,3 +110,8 @@ def with_first_argument(call: cst.Call, value: cst.BaseExpression) -> cst.Call:
 
 
 TRUE = cst.Name("True")
+
+
+def is_true(expr: cst.BaseExpression | None) -> bool:
+    """Is it the literal `True` (a keyword's value, as `keyword_value` gives it)?"""
+    return isinstance(expr, cst.Name) and expr.value == "True"

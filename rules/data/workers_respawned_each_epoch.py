@@ -8,84 +8,19 @@ import libcst as cst
 from loopaudit.rule_api import (
     CPU_COUNT,
     UNKNOWN,
-    FrameKind,
     Report,
     Rule,
     RuleContext,
-    argument_for,
     command_line_default,
     constant,
     counts_cpus,
-    drawn_from,
-    terminal_name,
 )
 from loopaudit.rules.data._loaders import (
     is_dataloader,
+    iterated_every_epoch,
     lightning_loader_role,
     loader_argument,
-    remote_step_loops,
-    returned_step_uses,
-    step_loops,
 )
-
-
-def _reused_across_epochs(loop, node, ctx) -> bool:
-    """Is the loader made once and iterated again and again? Some loop must repeat the iteration
-    without repeating the `DataLoader(...)` call: a loader built inside `validate()` is a new one at
-    every call, and keeping its workers alive would not help."""
-    iterated = {name for expr in drawn_from(loop) if (name := terminal_name(expr))}
-    return _repeated_from(loop.frame.parent, iterated, node, ctx)
-
-
-def _repeated_from(frame, names: set[str], node, ctx) -> bool:
-    """Is code in `frame` (a loop over the loader, or a call handing it to another module's loop)
-    run again and again while the loader made by `node` lives?"""
-    around_creation = set()
-    creating = ctx.frame
-    while creating is not None and creating.kind not in (FrameKind.FUNCTION, FrameKind.MODULE):
-        around_creation.add(id(creating))
-        creating = creating.parent
-    return _repeated_without(frame, creating, around_creation, frozenset(), names, _PassesLoader(ctx, node))
-
-
-class _PassesLoader:
-    """Does a call hand our loader on: `validation(model, loader)`, not `validation(model, valid_loader)`?"""
-
-    def __init__(self, ctx, creation: cst.Call) -> None:
-        self.ctx = ctx
-        self.bound = ctx.steps.bound_name(creation)
-
-    def __call__(self, site, function, params: list[str]) -> bool:
-        if not params or self.bound is None:
-            return True  # the loop reads an attribute, or the loader has no name: every call counts
-        name, scope = self.bound
-        for param in params:
-            argument = argument_for(function, param, site.call)
-            if argument is not None and self.ctx.steps.refers_to(argument, name, scope, site.scope):
-                return True
-        return False
-
-
-def _repeated_without(frame, creating_function, around_creation: set, seen: frozenset, names: set[str], passes) -> bool:
-    """`names`: what the loop calls the loader (so only the call sites that pass this loader count)."""
-    while frame is not None:
-        if frame.kind is FrameKind.LOOP and id(frame) not in around_creation:
-            return True
-        if frame is creating_function:
-            return False
-        if frame.kind is FrameKind.FUNCTION:
-            # The loader was passed in: is this function called from a loop, the creator's excepted?
-            function = frame.function
-            if function is None or id(function) in seen:
-                return False
-            params = [name for name in names if name in function.scope.params]
-            return any(
-                _repeated_without(site.frame, creating_function, around_creation, seen | {id(function)}, set(), passes)
-                for site in function.call_sites
-                if passes(site, function, params)
-            )
-        frame = frame.parent
-    return False
 
 
 class WorkersRespawnedEachEpoch(Rule):
@@ -386,14 +321,7 @@ class WorkersRespawnedEachEpoch(Rule):
         persistent = loader_argument(node, "persistent_workers", ctx)
         if persistent is UNKNOWN or (persistent is not None and constant(persistent, ctx) is not False):
             return
-        if (
-            lightning_loader_role(node, ctx) is None
-            and not any(_reused_across_epochs(loop, node, ctx) for loop in step_loops(node, ctx))
-            # handed to another module's step loop (`train_one_epoch(model, loader)`) again and again
-            and not any(_repeated_from(site.frame, set(), node, ctx) for site, _ in remote_step_loops(node, ctx))
-            # returned by this module's helper, then iterated every epoch elsewhere
-            and not any(again for _, again in returned_step_uses(node, ctx))
-        ):
+        if lightning_loader_role(node, ctx) is None and not iterated_every_epoch(node, ctx):
             return
         if per_cpu or from_command_line:
             workers_text = ctx.source(workers)

@@ -5,7 +5,8 @@ from typing import cast
 
 import libcst as cst
 
-from loopaudit.rule_api import Report, Rule, RuleContext, keyword_value
+from loopaudit.rule_api import Report, Rule, RuleContext, is_true, keyword_value
+from loopaudit.rules.distributed._test_code import in_test_code
 
 # Where `find_unused_parameters=True` is written: DDP itself, and the wrappers that pass it on.
 _DDP = (
@@ -29,26 +30,6 @@ _TRAINERS = (
     "lightning.pytorch.trainer.trainer.Trainer",
 )
 _STRATEGY = "ddp_find_unused_parameters_true"
-
-
-def _is_true(expr: cst.BaseExpression | None) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "True"
-
-
-def _in_test_code(frame) -> bool:
-    """Inside a test (`def test_...`, `class Test...`, a `TestCase`): DDP's own tests, and a
-    project's, set the flag on purpose to exercise models with unused parameters."""
-    while frame is not None:
-        function, owner = frame.function, frame.class_info
-        if function is not None and function.name.lstrip("_").startswith("test"):  # and `_test_...` helpers
-            return True
-        if owner is not None and (
-            owner.name.startswith("Test")
-            or any(cst.Module([]).code_for_node(base).endswith("TestCase") for base in owner.bases)
-        ):
-            return True
-        frame = frame.parent
-    return False
 
 
 class DdpFindUnusedParameters(Rule):
@@ -140,7 +121,7 @@ class DdpFindUnusedParameters(Rule):
     def check(self, node: cst.CSTNode, ctx: RuleContext) -> Iterator[Report]:
         node = cast(cst.Call, node)  # node_types
         name = ctx.qualified_name(node.func)
-        if name is None or _in_test_code(ctx.frame):
+        if name is None or in_test_code(ctx.frame):
             return
         if name in _TRAINERS:
             strategy = keyword_value(node, "strategy")
@@ -151,6 +132,6 @@ class DdpFindUnusedParameters(Rule):
             return
         if name not in _DDP and name not in _PASSED_ON:
             return
-        if not _is_true(keyword_value(node, "find_unused_parameters")) or _is_true(keyword_value(node, "static_graph")):
+        if not is_true(keyword_value(node, "find_unused_parameters")) or is_true(keyword_value(node, "static_graph")):
             return
         yield Report(node)

@@ -157,10 +157,19 @@ def _check(finding: Finding, measured: Sequence[Finding], cuda: bool) -> StaticC
         return StaticCheck(finding, measurable=False, confirmed=False, unmeasurable_because="needs a GPU to measure")
     rows = finding.rows()  # a sync measured at any read of a grouped finding confirms it
     match = next(
-        (m for m in measured if m.code in codes and m.filename == finding.filename and m.location.row in rows),
+        (m for m in measured if m.code in codes and _measured_at(m, finding.filename, rows)),
         None,
     )
     return StaticCheck(finding, measurable=True, confirmed=match is not None, measurement=match)
+
+
+def _measured_at(measurement: Finding, filename: str, rows) -> bool:
+    """Was the measurement made at one of these lines: its own, or a user's line above it on the stack
+    (`details["also_at"]`: the step's call of a helper whose `all_reduce` was measured)?"""
+    if measurement.filename == filename and measurement.location.row in rows:
+        return True
+    path = os.path.abspath(filename)
+    return any(place == path and line in rows for place, line in (measurement.details or {}).get("also_at", ()))
 
 
 def audit_trace(analysis: TraceAnalysis, rules: Iterable[type[RuntimeRule]]) -> list[Finding]:

@@ -37,10 +37,12 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -102,43 +104,8 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
     timed_out = False
     with _Signals() as signals, tempfile.TemporaryDirectory(prefix="loopaudit-") as work:
         files = _Files(work)
-        listening, asking = os.pipe()
-        with open(asking, "wb", buffering=0) as control:
-            try:
-                with open(files.config, "w", encoding="utf-8") as stream:
-                    json.dump(
-                        {
-                            "warmup": request.warmup,
-                            "steps": request.steps,
-                            "longest": request.longest,
-                            "thresholds": list(request.thresholds),
-                            "profile": request.profile,
-                            "trace_out": request.trace_out,
-                            "report": files.report,
-                            "stop": request.stop,
-                            "started": files.started,
-                            "progress": files.progress if request.on_progress else None,
-                            "control": listening,
-                            "work": work,
-                        },
-                        stream,
-                    )
-                command = [
-                    sys.executable,
-                    "-m",
-                    "loopaudit.profiling.in_script.child",
-                    files.config,
-                    request.script,
-                    *request.args,
-                ]
-                child = subprocess.Popen(
-                    command,
-                    stdout=request.script_output,
-                    pass_fds=(listening,),
-                    start_new_session=True,
-                )
-            finally:
-                os.close(listening)  # the child's end: loopaudit keeps only its own
+        child, control = _start(request, files, request.on_progress is not None, os.environ)
+        with control:
             try:
                 if while_running is not None:
                     while_running()
@@ -148,16 +115,67 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
             finally:
                 _end_group(child)  # before the pipe closes, which would tell the child loopaudit is gone
         report = ProbeReport.load(files.report) if os.path.exists(files.report) else None
+    return RunOutcome(report, _shell_status(child), timed_out, signals.received[0] if signals.received else None)
+
+
+def _start(request: RunRequest, files: _Files, progress: bool, environment, longest: int | None = -1):
+    """Start the child that runs the script under the probe, in a session of its own; returns it and
+    loopaudit's end of its control pipe. `longest`: -1 for the request's own."""
+    listening, asking = os.pipe()
+    control = open(asking, "wb", buffering=0)  # noqa: SIM115 (the caller closes it: its closing tells the child loopaudit is gone)
+    try:
+        with open(files.config, "w", encoding="utf-8") as stream:
+            json.dump(
+                {
+                    "warmup": request.warmup,
+                    "steps": request.steps,
+                    "longest": request.longest if longest == -1 else longest,
+                    "thresholds": list(request.thresholds),
+                    "profile": request.profile,
+                    "trace_out": request.trace_out,
+                    "report": files.report,
+                    "stop": request.stop,
+                    "started": files.started,
+                    "progress": files.progress if progress else None,
+                    "control": listening,
+                    "work": files.folder,
+                },
+                stream,
+            )
+        command = [
+            sys.executable,
+            "-m",
+            "loopaudit.profiling.in_script.child",
+            files.config,
+            request.script,
+            *request.args,
+        ]
+        child = subprocess.Popen(
+            command,
+            stdout=request.script_output,
+            pass_fds=(listening,),
+            start_new_session=True,
+            env=dict(environment),
+        )
+    except BaseException:
+        control.close()
+        raise
+    finally:
+        os.close(listening)  # the child's end: loopaudit keeps only its own
+    return child, control
+
+
+def _shell_status(child: subprocess.Popen) -> int:
+    """The child's exit status, a signal's the way a shell reports it (128 + its number)."""
     status = child.returncode
-    if status < 0:  # killed by a signal: report it the way a shell does
-        status = 128 - status
-    return RunOutcome(report, status, timed_out, signals.received[0] if signals.received else None)
+    return 128 - status if status < 0 else status
 
 
 class _Files:
     """The run's temporary folder: what loopaudit and the child hand each other."""
 
     def __init__(self, folder: str) -> None:
+        self.folder = folder
         self.config = os.path.join(folder, "config.json")
         self.report = os.path.join(folder, "report.json")
         self.started = os.path.join(folder, "started")  # the probe is installed; the script starts
@@ -271,3 +289,259 @@ def _wait_until(done: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not done() and time.monotonic() < deadline:
         time.sleep(_POLL_SECONDS)
+
+
+# --- several ranks ------------------------------------------------------------------------------
+
+# Once one rank has ended (its window measured, or failed), how long the others get to end by
+# themselves before they are taken to be stuck in a collective that will never complete.
+PEER_SECONDS = 15.0
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    outcome: RunOutcome
+    # Stopped by loopaudit after another rank had ended while this one went on without progress: it
+    # was waiting in a collective for a rank that was gone (None: it ended by itself).
+    stuck_after: int | None = None
+    # When it ended among the ranks that ended by themselves: 0 first (a failure that brought the
+    # others down comes first), None when loopaudit stopped it
+    ended_order: int | None = None
+
+
+def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """What torchrun sets for a single-node job (`torchrun --standalone --nproc-per-node N`), so that
+    `init_process_group()` with its default `env://` finds its peers, and scripts that read RANK,
+    LOCAL_RANK or WORLD_SIZE see what they would under torchrun."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "ROLE_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default for several ranks
+    }
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_ranks(
+    request: RunRequest, world_size: int, while_running: Callable[[], None] | None = None
+) -> list[RankOutcome]:
+    """Run `world_size` copies of the script as the ranks of one job on this machine, each under its
+    own probe, in its own session, as `run_script` runs one. loopaudit is the launcher (not torchrun,
+    whose workers each take a session of their own, out of reach of one group kill): it sets torchrun's
+    environment (rank_environment) and so stops every rank and its workers however the job ends.
+
+    The ranks measure the same steps (a window that does not go on: one rank measuring longer would
+    leave the others waiting for it in a collective). Once a rank ends, the others get PEER_SECONDS to
+    end too; one still running then, with no step taken meanwhile, is stuck waiting for the rank that
+    is gone, and is stopped like a run that timed out."""
+    timed_out = False
+    stuck: dict[int, int] = {}
+    order: list[int] = []  # the ranks in the order they ended by themselves
+    with _Signals() as signals, tempfile.TemporaryDirectory(prefix="loopaudit-") as work:
+        port = free_port()
+        started: list[tuple[subprocess.Popen, _Files, typing.BinaryIO]] = []
+        try:
+            for rank in range(world_size):
+                folder = os.path.join(work, f"rank{rank}")
+                os.mkdir(folder)
+                files = _Files(folder)
+                environment = {**os.environ, **rank_environment(rank, world_size, port)}
+                child, control = _start(request, files, True, environment, longest=None)
+                started.append((child, files, control))
+            if while_running is not None:
+                while_running()
+            timed_out = _watch_ranks(started, request, signals, stuck, order)
+            running = [(c, f, k) for c, f, k in started if not _has_ended(c)]
+            if running:
+                _stop_all(running, signals)
+        finally:
+            for child, _, control in started:
+                _end_group(child)
+                control.close()
+        outcomes = []
+        for rank, (child, files, _) in enumerate(started):
+            report = ProbeReport.load(files.report) if os.path.exists(files.report) else None
+            outcome = RunOutcome(
+                report, _shell_status(child), timed_out, signals.received[0] if signals.received else None
+            )
+            outcomes.append(RankOutcome(rank, outcome, stuck.get(rank), order.index(rank) if rank in order else None))
+    return outcomes
+
+
+def _watch_ranks(started, request: RunRequest, signals: _Signals, stuck: dict[int, int], order: list[int]) -> bool:
+    """Until every rank has ended, loopaudit gets a signal (False), --timeout passes (True), or the
+    ranks left are stuck after another's end (noted in `stuck`: rank -> the rank that ended first).
+    `order` gets the ranks as they end."""
+    deadline = None
+    told = 0
+    first_end: tuple[int, float] | None = None  # (rank, when)
+    seen_then: dict[int, int] = {}
+    while True:
+        ended = [_has_ended(child) for child, _, _ in started]
+        order.extend(rank for rank, done in enumerate(ended) if done and rank not in order)
+        seen = [_steps_seen(files.progress) for _, files, _ in started]
+        if request.on_progress is not None and seen[0] > told:
+            told = seen[0]
+            request.on_progress(told)
+        if all(ended) or signals.received:
+            return False
+        if first_end is None and any(ended):
+            first_end = (order[0], time.monotonic())
+            seen_then = dict(enumerate(seen))
+        if first_end is not None and time.monotonic() - first_end[1] >= PEER_SECONDS:
+            left = [rank for rank, done in enumerate(ended) if not done]
+            if all(seen[rank] == seen_then[rank] for rank in left):
+                for rank in left:
+                    stuck[rank] = first_end[0]
+                return False
+            first_end = (first_end[0], time.monotonic())  # still taking steps: give them more time
+            seen_then = dict(enumerate(seen))
+        if request.timeout is not None:
+            if deadline is None and all(os.path.exists(files.started) for _, files, _ in started):
+                deadline = time.monotonic() + request.timeout
+            if deadline is not None and time.monotonic() >= deadline:
+                for rank, (child, _, _) in enumerate(started):
+                    if not _has_ended(child):
+                        stuck.pop(rank, None)
+                return True
+        time.sleep(_POLL_SECONDS)
+
+
+def _stop_all(running, signals: _Signals) -> None:
+    """`_stop` for several ranks at once: ask each for its report, then interrupt them together, so
+    that the grace periods run side by side rather than one after another."""
+    asked = []
+    for child, files, control in running:
+        if os.path.exists(files.started):
+            with contextlib.suppress(BrokenPipeError):
+                control.write(b"r")
+                asked.append((child, files))
+    _wait_until(lambda: all(os.path.exists(f.report) or _has_ended(c) for c, f in asked), _REPORT_SECONDS)
+    for child, _, _ in running:
+        if not _has_ended(child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGINT)
+    _wait_until(lambda: all(_has_ended(c) for c, _, _ in running), _GRACE_SECONDS)
+
+
+def run_launched(
+    request: RunRequest, launcher: list[str], while_running: Callable[[], None] | None = None
+) -> tuple[list[RankOutcome], int]:
+    """Run the script under the user's own launcher (`torchrun --nproc-per-node 2`, `accelerate launch
+    --num_processes 2`), which starts each rank as `LAUNCHER -m loopaudit.profiling.in_script.child
+    CONFIG SCRIPT ARGS`. Returns each rank's outcome (ranks known by the files they left) and the
+    launcher's exit status.
+
+    No pipe passes through a launcher, so each rank leaves its files in one folder: its pid, its report,
+    its exit status; loopaudit halts the measurement with a `halt` file there. Stopping: the launcher
+    gets SIGTERM (torchrun passes it on to its workers), then every rank's process group is killed by
+    the pid it left (torchrun starts each worker in a session of its own, out of the launcher's group)."""
+    timed_out = False
+    with _Signals() as signals, tempfile.TemporaryDirectory(prefix="loopaudit-") as work:
+        config = os.path.join(work, "config.json")
+        with open(config, "w", encoding="utf-8") as stream:
+            json.dump(
+                {
+                    "warmup": request.warmup,
+                    "steps": request.steps,
+                    "longest": None,
+                    "thresholds": list(request.thresholds),
+                    "profile": False,
+                    "trace_out": None,
+                    "report": "",
+                    "stop": request.stop,
+                    "launched": work,
+                },
+                stream,
+            )
+        command = [*launcher, "-m", "loopaudit.profiling.in_script.child", config, request.script, *request.args]
+        try:
+            process = subprocess.Popen(command, stdout=request.script_output, start_new_session=True)
+        except OSError as error:
+            raise LauncherError(f"cannot start the launcher `{launcher[0]}`: {error.strerror or error}") from None
+        try:
+            if while_running is not None:
+                while_running()
+            deadline = None
+            while not _has_ended(process) and not signals.received:
+                if request.timeout is not None:
+                    if deadline is None and _files(work, "started"):
+                        deadline = time.monotonic() + request.timeout
+                    if deadline is not None and time.monotonic() >= deadline:
+                        timed_out = True
+                        break
+                time.sleep(_POLL_SECONDS)
+            if not _has_ended(process):
+                with open(os.path.join(work, "halt"), "w", encoding="utf-8"):
+                    pass
+                started = _files(work, "started")
+                _wait_until(
+                    lambda: all(os.path.exists(os.path.join(work, f"report.{r}")) for r in started), _REPORT_SECONDS
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+                _wait_until(lambda: _has_ended(process), _GRACE_SECONDS)
+        finally:
+            for rank in _files(work, "pid"):
+                _end_rank_group(os.path.join(work, f"pid.{rank}"))
+            _end_group(process)
+        outcomes = []
+        ended = sorted(_files(work, "status"), key=lambda r: os.path.getmtime(os.path.join(work, f"status.{r}")))
+        for rank in sorted(_files(work, "pid")):
+            path = os.path.join(work, f"report.{rank}")
+            report = ProbeReport.load(path) if os.path.exists(path) else None
+            status = _read_number(os.path.join(work, f"status.{rank}"))
+            outcome = RunOutcome(
+                report,
+                status if status is not None else 128 + signal.SIGKILL,
+                timed_out,
+                signals.received[0] if signals.received else None,
+            )
+            outcomes.append(RankOutcome(rank, outcome, None, ended.index(rank) if rank in ended else None))
+    return outcomes, _shell_status(process)
+
+
+class LauncherError(Exception):
+    """The launcher command could not be started."""
+
+
+def _files(folder: str, kind: str) -> list[int]:
+    """The ranks that left a `kind.RANK` file in the folder."""
+    ranks = []
+    for name in os.listdir(folder):
+        stem, _, rank = name.partition(".")
+        if stem == kind and rank.isdigit():
+            ranks.append(int(rank))
+    return sorted(ranks)
+
+
+def _read_number(path: str) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return int(stream.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _end_rank_group(pid_file: str) -> None:
+    """Kill the process group a launched rank leads (its DataLoader workers with it): torchrun starts
+    each rank as the leader of a session of its own. The group's id cannot go to another process while
+    any of its members lives, and it is killed within seconds of the rank's end."""
+    pid = _read_number(pid_file)
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    _wait_until(lambda: not _group_exists(pid), _GROUP_EXIT_SECONDS)

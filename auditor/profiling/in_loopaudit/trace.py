@@ -85,6 +85,7 @@ class Trace:
     path: str
     events: list[Event]
     devices: list[str] = field(default_factory=list)  # GPU names from deviceProperties
+    rank: int | None = None  # distributedInfo.rank, in a distributed job's trace
 
     def of(self, *categories: str) -> list[Event]:
         return [event for event in self.events if event.category in categories]
@@ -156,4 +157,4 @@ def load_trace(path: str | Path) -> Trace:
     # tuple and a negated float for every event: at this point that would double the memory held.
     events.sort(key=attrgetter("dur"), reverse=True)
     events.sort(key=attrgetter("ts"))
-    return Trace(str(path), events, reader.devices)
+    return Trace(str(path), events, reader.devices, reader.rank)

@@ -65,6 +65,7 @@ class StepBreakdown:
     duration_us: float
     dataloader_us: float
     sync_us: float
+    comm_us: float = 0.0  # in collectives: NCCL kernels on the GPU, or the host's gloo/nccl calls
 
 
 @dataclass
@@ -119,6 +120,7 @@ class TraceAnalysis:
     free_frame: SourceFrame | None = None
     dataloader_frame: SourceFrame | None = None  # the loop that waits in DataLoader `next()`
     dataloader_names: list[str] = field(default_factory=list)
+    rank: int | None = None  # the rank that recorded it, in a distributed job
 
     @property
     def step_times_ms(self) -> list[float]:
@@ -152,13 +154,15 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     step_of = _step_finder(steps) if steps and steps[0][0] != "whole trace" else (lambda event: 0)
     in_steps = lambda event: step_of(event) is not None  # noqa: E731
     syncs = _sync_sites(trace, [e for e in runtime if in_steps(e)], index, in_steps, step_of)
+    communication = _communication(trace, gpu)
     breakdowns = []
     for name, start, end in steps:
         waiting = sum(
             loader.dur - device_busy.covered(loader.ts, loader.end) for loader in loaders if start <= loader.ts < end
         )
         stalled = sum(e.dur for e in runtime if e.name in SYNC_CALLS and start <= e.ts < end)
-        breakdowns.append(StepBreakdown(name, start, end - start, waiting, stalled))
+        comm = communication.covered(start, end) if communication is not None else 0.0
+        breakdowns.append(StepBreakdown(name, start, end - start, waiting, stalled, comm))
     total = sum(step.duration_us for step in breakdowns)
     dataloader_fraction = (
         sum(step.dataloader_us for step in breakdowns) / total if total and loaders else (0.0 if total else None)
@@ -193,7 +197,29 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
         free_frame=free_frame,
         dataloader_frame=next((f for f in (index.user_frame(e, []) for e in loaders) if f is not None), None),
         dataloader_names=sorted({loader.name for loader in loaders}),
+        rank=trace.rank,
     )
+
+
+# Collectives in a trace: the GPU's NCCL kernels (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`,
+# `ncclKernel_AllReduce_...`), or on the host the process group's record_function ranges
+# (`gloo:all_reduce`, `nccl:all_reduce`), which on gloo last until the collective is done.
+_NCCL_KERNEL = re.compile(r"^nccl(Dev)?Kernel")
+_HOST_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):")
+
+
+def _communication(trace: Trace, gpu: list) -> IntervalSet | None:
+    """The time spent in collectives, as an interval set: on the GPU when the trace has NCCL kernels,
+    else on the host; None when the trace shows no collective at all."""
+    kernels = [(e.ts, e.end) for e in gpu if _NCCL_KERNEL.match(e.name)]
+    if kernels:
+        return IntervalSet(kernels)
+    host = [
+        (e.ts, e.end)
+        for e in trace.events
+        if _HOST_COLLECTIVE.match(e.name) and e.category in (Category.CPU_OP, Category.ANNOTATION)
+    ]
+    return IntervalSet(host) if host else None
 
 
 def _steps(trace: Trace) -> list[tuple[str, float, float]]:

@@ -69,13 +69,15 @@ class TraceReader:
     read, as a plain tuple (a named one costs more than the rest of the reading per event):
     `(name, cat, ts, dur, pid, tid, args)`, scalars as the file has them (None for an object or
     array), `ts` and `dur` finite floats, `args` only the keys asked for, with scalar values.
-    Afterwards `devices` holds the GPU names of its `deviceProperties`, and `has_event_list` says
+    Afterwards `devices` holds the GPU names of its `deviceProperties`, `rank` its `distributedInfo`'s
+    rank (None without one), and `has_event_list` says
     whether it had a `traceEvents` list (or was one, in the bare-array form)."""
 
     def __init__(self, path: Path, kept_args: frozenset[str]) -> None:
         self.path = path
         self.kept_args = kept_args
         self.devices: list[str] = []
+        self.rank: int | None = None  # distributedInfo.rank: which rank of a job recorded the trace
         self.has_event_list = False
         # Where the reading is, for messages and for the source's bound: the top-level key, and
         # the entry of the event list.
@@ -142,6 +144,8 @@ class TraceReader:
                     yield from self._events(tokens, 2)
                 elif key == "deviceProperties" and kind == "start_array":
                     self._devices(tokens, 2)
+                elif key == "distributedInfo" and kind == "start_map":
+                    self._distributed(tokens, 2)
                 else:
                     _skip(tokens, kind, 1)
                 self._key = None
@@ -228,6 +232,14 @@ class TraceReader:
                     name = value
             if name:
                 self.devices.append(str(name))
+
+    def _distributed(self, tokens: Iterator, depth: int) -> None:
+        """The rank in the distributedInfo object (a container at `depth`), its `start_map` just read."""
+        for key, kind, value in _Members(tokens):
+            if kind in _OPENERS:
+                _skip(tokens, kind, depth)
+            elif key == "rank" and isinstance(value, (int, float)) and float(value).is_integer() and value >= 0:
+                self.rank = int(value)
 
 
 class _Members:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 EXIT_SCRIPT_FAILED = 1
 EXIT_NO_PROBE = 2
+# Under a launcher: where this rank leaves its exit status for loopaudit (the launcher keeps it).
+_STATUS_FILE: str | None = None
 
 
 def main() -> tuple[int, bool]:
@@ -32,6 +34,11 @@ def main() -> tuple[int, bool]:
     config_path, script, *script_args = sys.argv[1:]
     with open(config_path, encoding="utf-8") as stream:
         config = json.load(stream)
+    launched = config.pop("launched", None)
+    if launched is not None:
+        # Under the user's launcher (torchrun, `accelerate launch`): one config for every rank, whose
+        # files are named by the rank the launcher gave this process.
+        config = _for_this_rank(config, launched)
     listener = _Listener(config.pop("control"), config.pop("work")) if "control" in config else None
     # loopaudit stops the script with SIGINT (runner.py), also when it runs as a background job, whose
     # SIGINT the shell ignores (and this process inherited): in a session of its own, no terminal's
@@ -54,6 +61,7 @@ def main() -> tuple[int, bool]:
     probe.install()
     if listener is not None:
         listener.probe = probe
+    _HaltFile.probe = probe
     if started:
         # The script starts now: --timeout counts from here, not from importing torch, and loopaudit
         # may ask the probe for its report.
@@ -75,6 +83,42 @@ def main() -> tuple[int, bool]:
     finally:
         probe.finish()
     return 0, False
+
+
+def _for_this_rank(config: dict, folder: str) -> dict:
+    """The rank's own report, progress and start files in `folder`; its pid noted there, so that
+    loopaudit can end the rank's process group whatever the launcher does; and a thread that halts the
+    measurement when loopaudit leaves a `halt` file there (no pipe passes through a launcher)."""
+    global _STATUS_FILE
+    rank = os.environ.get("RANK", "0")
+    _STATUS_FILE = os.path.join(folder, f"status.{rank}")
+    config = dict(config)
+    for key in ("report", "progress", "started"):
+        config[key] = os.path.join(folder, f"{key}.{rank}")
+    with open(os.path.join(folder, f"pid.{rank}"), "w", encoding="utf-8") as stream:
+        stream.write(str(os.getpid()))
+    _HaltFile(os.path.join(folder, "halt"))
+    return config
+
+
+class _HaltFile:
+    """Polls for loopaudit's `halt` file and then asks the probe for its report (`Probe.halt`)."""
+
+    probe: Probe | None = None
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        _HaltFile.probe = None
+        threading.Thread(target=self._watch, name="loopaudit-halt", daemon=True).start()
+
+    def _watch(self) -> None:
+        while not os.path.exists(self.path):
+            threading.Event().wait(0.1)
+        if _HaltFile.probe is not None:
+            try:
+                _HaltFile.probe.halt()
+            except OSError:
+                pass
 
 
 class _Listener:
@@ -131,8 +175,18 @@ def _print_script_traceback(error: BaseException, script: str) -> None:
     sys.stderr.flush()
 
 
+def _note_status(status: int) -> None:
+    if _STATUS_FILE is not None:
+        try:
+            with open(_STATUS_FILE, "w", encoding="utf-8") as stream:
+                stream.write(str(status))
+        except OSError:
+            pass
+
+
 if __name__ == "__main__":
     status, stopped = main()
+    _note_status(status)
     if stopped:
         # The script was cut off mid-loop: its DataLoader workers and other non-daemon threads must
         # not keep the process alive, and its exit handlers expect a finished run.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -32,8 +33,10 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
+from loopaudit.profiling.in_script.collectives import CollectiveSpy
+from loopaudit.profiling.in_script.ddp_syncs import DdpSyncCounter
 from loopaudit.profiling.in_script.report import LoaderRecord, ProbeReport, SiteRecord, StepRecord
-from loopaudit.profiling.in_script.sites import user_site
+from loopaudit.profiling.in_script.sites import user_frame, user_site
 from loopaudit.profiling.in_script.spy import SYNC_WARNING, BatchTracker, SyncSpy
 from loopaudit.profiling.in_script.stability import settled
 
@@ -71,6 +74,7 @@ class Probe:
         self.thresholds = tuple(thresholds)
         self.report_path, self.stop = report, stop
         self.pid = os.getpid()
+        self._main_thread = threading.get_ident()
         self.cuda = torch.cuda.is_available()
         self.result = ProbeReport(
             device=torch.cuda.get_device_name() if self.cuda else "cpu",
@@ -80,6 +84,8 @@ class Probe:
             warmup=warmup,
             window=steps,
             longest=self.longest,
+            rank=_environment_number("RANK"),
+            world_size=_environment_number("WORLD_SIZE"),
         )
         self.batches = BatchTracker()
         self._primary_optimizer: int | None = None
@@ -92,6 +98,8 @@ class Probe:
         # fetched, when there is one; a first step without one began with the script (start-up).
         self._first_step_began = False
         self._spy: SyncSpy | None = None
+        self._collectives: CollectiveSpy | None = None
+        self._ddp_syncs: DdpSyncCounter | None = None
         self._profiler: TorchProfile | None = None
         self._measuring = False
         self._halted = False  # loopaudit stopped the measurement (halt): nothing after it counts
@@ -249,13 +257,21 @@ class Probe:
             self.result.startup_excluded = True
             if self._spy is not None:
                 self._spy.discard_step()
+            if self._collectives is not None:
+                self._collectives.discard_step()
+            if self._ddp_syncs is not None:
+                self._ddp_syncs.discard_step()
             for record in self._empty_cache.values():
                 record.discard()
         elif self._measuring:
             stalled = self._spy.end_step() if self._spy is not None else 0.0
+            comm = self._collectives.end_step() if self._collectives is not None else 0.0
+            reductions = self._ddp_syncs.end_step() if self._ddp_syncs is not None else 0
             for record in self._empty_cache.values():
                 record.commit()
-            self.result.steps.append(StepRecord(now - self._last_boundary, self._wait, stalled, self._starved))
+            self.result.steps.append(
+                StepRecord(now - self._last_boundary, self._wait, stalled, self._starved, comm, reductions)
+            )
         if self._profiler is not None:
             self._profiler.step()
         if self.profile and seen == self.warmup - 1 and self._profiler is None:
@@ -303,6 +319,10 @@ class Probe:
         self.batches.enabled = True
         self._spy = SyncSpy(self.cuda)
         self._spy.install()
+        self._collectives = CollectiveSpy()
+        self._collectives.install()
+        self._ddp_syncs = DdpSyncCounter()
+        self._ddp_syncs.install()
         if self.cuda:
             torch.cuda.set_sync_debug_mode("warn")
             self._original_showwarning = warnings.showwarning
@@ -315,6 +335,14 @@ class Probe:
             self.result.syncs = list(self._spy.sites.values())
             self.result.batch_moves = list(self._spy.batch_moves.values())
             self._spy = None
+        if self._collectives is not None:
+            self._collectives.uninstall()
+            self.result.collectives = list(self._collectives.sites.values())
+            self._collectives = None
+        if self._ddp_syncs is not None:
+            self._ddp_syncs.uninstall()
+            self.result.ddp_syncs = list(self._ddp_syncs.sites.values())
+            self._ddp_syncs = None
         if self._measuring and self.cuda:
             torch.cuda.set_sync_debug_mode(0)
             warnings.showwarning = cast("_ShowWarning", self._original_showwarning)  # set when the window opened
@@ -375,9 +403,12 @@ class Probe:
                 return  # the window was complete, or the script ended: its report is written
             self._halted = True
             self._measuring = False
+            self.result.halted_at = _main_thread_line(self._main_thread)
             self.batches.enabled = False
             if self._spy is not None:
                 self._spy.disable()
+            if self._collectives is not None:
+                self._collectives.disable()
             self._write()
 
     def _write_final(self) -> None:
@@ -389,8 +420,13 @@ class Probe:
         if spy is not None:  # halted inside the window: what the spy has counted so far
             self.result.syncs = list(spy.sites.values())
             self.result.batch_moves = list(spy.batch_moves.values())
+        if self._collectives is not None:
+            self.result.collectives = list(self._collectives.sites.values())
+        if self._ddp_syncs is not None:
+            self.result.ddp_syncs = list(self._ddp_syncs.sites.values())
         self.result.loaders = [record for record, _ in sorted(self._loaders.values(), key=lambda entry: entry[1])]
         self.result.empty_cache = list(self._empty_cache.values())
+        self.result.batches_seen = self._batches_fetched
         if self._step_sites:
             self.result.step_site = self._step_sites.most_common(1)[0][0]
         self.result.dump(self.report_path)
@@ -403,6 +439,18 @@ class Probe:
             child.terminate()
         for child in multiprocessing.active_children():
             child.join(timeout=2)
+
+
+def _main_thread_line(thread: int) -> list | None:
+    """The user's line the script's main thread is running (or stuck at) now, as [file, line]."""
+    frame = user_frame(sys._current_frames().get(thread))
+    return [frame.f_code.co_filename, frame.f_lineno] if frame is not None else None
+
+
+def _environment_number(name: str) -> int | None:
+    """RANK / WORLD_SIZE as torchrun, `accelerate launch` or `loopaudit run --nproc-per-node` set them."""
+    value = os.environ.get(name)
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _batch_ready(iterator) -> bool | None:

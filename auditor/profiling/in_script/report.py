@@ -46,6 +46,9 @@ class SiteRecord(_CountedPerStep):
     seconds: float = 0.0  # time inside the call: the stall, on CUDA
     proven: int = 0  # CUDA: calls during which torch's sync check (set_sync_debug_mode) fired
     pending: int = 0  # calls in the step now running: counted when it ends; not reported
+    # Collectives: the user's lines on the stack, innermost first ([file, line] each): a helper's
+    # `all_reduce` is also known by the step's call of the helper
+    stack: list[list] = field(default_factory=list)
 
     def seen(self, seconds: float = 0.0) -> None:
         self.pending += 1
@@ -99,6 +102,8 @@ class StepRecord:
     sync_seconds: float  # time inside calls that synchronized (CUDA only; 0 on a CPU machine)
     # of data_wait_seconds, the waits for batches that were not loaded yet (see probe._batch_ready)
     data_starved_seconds: float = 0.0
+    comm_seconds: float = 0.0  # time inside torch.distributed's collectives (collectives.py)
+    ddp_syncs: int = 0  # DDP forwards that armed a gradient all-reduce (ddp_syncs.py)
 
 
 @dataclass
@@ -118,6 +123,15 @@ class ProbeReport:
     empty_cache: list[SiteRecord] = field(default_factory=list)
     loaders: list[LoaderRecord] = field(default_factory=list)
     batch_moves: list[BatchMove] = field(default_factory=list)
+    collectives: list[SiteRecord] = field(default_factory=list)
+    ddp_syncs: list[SiteRecord] = field(default_factory=list)  # backward calls that all-reduced under DDP
+    # The process's place in a distributed job, from the launcher's environment (RANK, WORLD_SIZE)
+    rank: int | None = None
+    world_size: int | None = None
+    batches_seen: int = 0  # batches any DataLoader handed out, in the whole run
+    # Where the script's main thread was when loopaudit stopped the measurement (halt): the user's
+    # line it was stuck at, for a rank that hung ([file, line])
+    halted_at: list | None = None
     window_complete: bool = False
     # With --warmup 0, the first step ran from the script's start (imports, building the model): left
     # out of the measured steps, which are then the ones after it.
@@ -128,7 +142,7 @@ class ProbeReport:
 
     def dump(self, path: str) -> None:
         data = asdict(self)
-        for key in ("syncs", "empty_cache", "batch_moves"):
+        for key in ("syncs", "empty_cache", "batch_moves", "collectives", "ddp_syncs"):
             for record in data[key]:
                 record.pop("pending")
         write_atomically(path, json.dumps(data).encode("utf-8"))  # the reader never sees half a report
@@ -143,6 +157,8 @@ class ProbeReport:
             "empty_cache": SiteRecord,
             "loaders": LoaderRecord,
             "batch_moves": BatchMove,
+            "collectives": SiteRecord,
+            "ddp_syncs": SiteRecord,
         }
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
