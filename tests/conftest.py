@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
             red=True,
             bold=True,
         )
+
+
+def as_a_foreground_command() -> None:
+    """loopaudit started as a user starts it at a prompt: SIGINT at its default. A suite launched in
+    the background (`nohup .ci/run &`, some CI runners) passes its children SIGINT ignored, and
+    loopaudit rightly leaves an ignored SIGINT ignored, so these tests would wait for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

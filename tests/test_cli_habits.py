@@ -129,7 +129,7 @@ def test_watch_scans_again_when_a_file_changes_and_stops_on_ctrl_c(project):
     import subprocess
     import time
 
-    from .conftest import loopaudit_command
+    from .conftest import as_a_foreground_command, loopaudit_command
 
     watcher = subprocess.Popen(
         [*loopaudit_command(), "scan", "train.py", "--watch", "--output-format", "concise"],
@@ -138,6 +138,7 @@ def test_watch_scans_again_when_a_file_changes_and_stops_on_ctrl_c(project):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_a_foreground_command,  # Ctrl-C must reach it, also when the suite runs in the background
     )
 
     def wait_for_watching(times: int) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import loopaudit_command
+from .conftest import as_a_foreground_command, loopaudit_command
 
 pytest.importorskip("torch", reason="`loopaudit run` needs torch (pip install 'loopaudit[profile]')")
 pytestmark = [
@@ -97,13 +97,6 @@ SEEN, MEASURED = 10, 8  # with --warmup 2
 TIMEOUT = "8"
 
 
-def _as_a_foreground_command() -> None:
-    """loopaudit started as a user starts it at a prompt: SIGINT at its default. A suite launched in
-    the background (`nohup .ci/run &`, some CI runners) passes its children SIGINT ignored, and
-    loopaudit rightly leaves an ignored SIGINT ignored, so these tests would wait for nothing."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class Run:
     """`loopaudit run` on the script, its temporary folders under tmp_path/tmp: in the background, its
     output in files (`start`), or in a terminal of its own (`start_in_a_terminal`)."""
@@ -130,7 +123,7 @@ class Run:
                 stdout=out,
                 stderr=err,
                 env=self.environment,
-                preexec_fn=_as_a_foreground_command,
+                preexec_fn=as_a_foreground_command,
             )
         return self
 
@@ -140,7 +133,7 @@ class Run:
         pid, terminal = pty.fork()
         if pid == 0:  # the new process, leading a session whose controlling terminal is the pty
             try:
-                _as_a_foreground_command()
+                as_a_foreground_command()
                 os.chdir(self.folder)
                 os.execve(command[0], command, self.environment)
             finally:
