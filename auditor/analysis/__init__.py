@@ -14,7 +14,14 @@ Rules use this package through the names below and the `RuleContext` members (`c
 keeps it so.
 """
 
-from loopaudit.analysis.argument_values import CPU_COUNT, UNKNOWN, command_line_default, constant, counts_cpus
+from loopaudit.analysis.argument_values import (
+    CPU_COUNT,
+    UNKNOWN,
+    command_line_default,
+    constant,
+    counts_cpus,
+    setting_value,
+)
 from loopaudit.analysis.distributed import DDP_CLASSES, collective_of, is_computation
 from loopaudit.analysis.module_index import FrameKind, LoopInfo, ModuleIndex, Scope, argument_for
 from loopaudit.analysis.names import dotted_name, target_names, terminal_name
@@ -65,6 +72,7 @@ __all__ = [
     "iter_subtree",
     "next_of",
     "runs_a_model",
+    "setting_value",
     "target_names",
     "terminal_name",
     "type_test",

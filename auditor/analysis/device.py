@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from loopaudit.analysis.distributed import DDP_CLASSES
 from loopaudit.analysis.module_index import ModuleIndex
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ _CUDA_PROBES = frozenset(
     }
 )
 _CUDA_ONLY_WRAPPERS = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel")
-_DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 
 
 def _pins_cpu(call: cst.Call) -> bool:
@@ -70,7 +70,7 @@ def targets_cuda(index: ModuleIndex, steps: StepModel) -> bool:
         qualified = index.imports.qualify(call.func) or ""
         if qualified in _CUDA_ONLY_WRAPPERS:
             return True
-        if qualified in _DDP and any(arg.keyword and arg.keyword.value == "device_ids" for arg in call.args):
+        if qualified in DDP_CLASSES and any(arg.keyword and arg.keyword.value == "device_ids" for arg in call.args):
             return True
         if qualified in _ACCELERATOR_CLASSES:
             framework_device = True

@@ -331,6 +331,8 @@ class StepModel:
                 self._methods_named.setdefault(function.name, []).append(function)
         self._step_loop: dict[int, bool] = {}
         self._trains: dict[int, bool] = {}
+        self._helpers: dict[int, str | None] = {}  # communication_helper, by function
+        self._distributed: tuple[bool, bool] | None = None  # this module's own (wraps_ddp, sets_sampler_epoch)
         self._has_step_loop: dict[int, bool] = {}
         self._function_reason: dict[int, StepReason | None] = {}
         self._frame_reason: dict[int, StepReason | None] = {}
@@ -1947,17 +1949,25 @@ class StepModel:
                 return True
         return False
 
+    def _own_distributed(self) -> tuple[bool, bool]:
+        """(wraps DDP, calls set_epoch) for this module itself, asked once per analysis."""
+        if self._distributed is None:
+            self._distributed = (wraps_ddp(self.index), sets_sampler_epoch(self.index))
+        return self._distributed
+
     def wraps_ddp(self) -> bool:
         """Is a model of this project trained under DistributedDataParallel: wrapped here, or in any
-        module of the scanned project (distributed.py)?"""
-        return (self.facts is not None and self.facts.wraps_ddp) or wraps_ddp(self.index)
+        module of the scanned project connected to this one (distributed.py)?"""
+        return (self.facts is not None and self.facts.wraps_ddp) or self._own_distributed()[0]
 
     def communication_helper(self, function: FunctionInfo) -> str | None:
         """The collective (`"all_reduce"`) that calling `function` runs, when it is a helper that
         communicates on its caller's behalf (`reduce_tensor(loss)`) rather than a training function."""
-        if self.trains(function) or self.has_step_loop(function):
-            return None
-        return helper_collective(function, self.index)
+        key = id(function)
+        if key not in self._helpers:
+            trains = self.trains(function) or self.has_step_loop(function)
+            self._helpers[key] = None if trains else helper_collective(function, self.index)
+        return self._helpers[key]
 
     def collective_called(self, site: CallSite) -> str | None:
         """The collective a call runs through a communication helper: of this module, another module
@@ -1973,8 +1983,8 @@ class StepModel:
         return next((known[target] for target in self.external_targets(site) if target in known), None)
 
     def sets_sampler_epoch(self) -> bool:
-        """Does this module, or any of the scanned project, call `.set_epoch(...)`?"""
-        return (self.facts is not None and self.facts.sets_sampler_epoch) or sets_sampler_epoch(self.index)
+        """Does this module, or any module of the scanned project connected to it, call `.set_epoch(...)`?"""
+        return (self.facts is not None and self.facts.sets_sampler_epoch) or self._own_distributed()[1]
 
     def has_framework_classes(self) -> bool:
         return any(self.framework_of(cls) for cls in self.index.classes.values())

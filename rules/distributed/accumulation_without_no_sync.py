@@ -12,10 +12,10 @@ from loopaudit.rule_api import (
     Report,
     Rule,
     RuleContext,
-    command_line_default,
-    constant,
+    is_training_call,
     iter_subtree,
     runs_a_model,
+    setting_value,
     terminal_name,
 )
 from loopaudit.rules.distributed._test_code import in_test_code
@@ -23,10 +23,6 @@ from loopaudit.rules.distributed._test_code import in_test_code
 # Context managers that skip DDP's gradient all-reduce for what runs inside them: DDP's own, and the
 # wrappers' (Accelerate's `accumulate` decides per step; Fabric's `no_backward_sync`).
 _SKIPS_SYNC = ("no_sync", "accumulate", "no_backward_sync")
-# Backward calls that belong to a framework handling accumulation itself (Lightning's manual
-# optimization, DeepSpeed's engine: `model_engine.backward(loss)` skips the reduction until the
-# boundary it was configured with).
-_FRAMEWORK_BACKWARD = ("manual_backward",)
 
 
 def _backward(call: cst.Call) -> bool:
@@ -40,13 +36,9 @@ def _backward(call: cst.Call) -> bool:
     return True
 
 
-def _optimizer_step(call: cst.Call) -> bool:
-    """`optimizer.step()`, `scaler.step(optimizer)`, `self.optimizer.step()`."""
-    func = call.func
-    if not isinstance(func, cst.Attribute) or func.attr.value != "step":
-        return False
-    receiver = (terminal_name(func.value) or "").lower()
-    return ("optim" in receiver or "scaler" in receiver or receiver in ("opt", "solver")) and "sched" not in receiver
+def _optimizer_step(call: cst.Call, ctx: RuleContext) -> bool:
+    """`optimizer.step()`, `scaler.step(optimizer)`, `self.optimizer.step()`: a training call that steps."""
+    return _steps_anything(call) and is_training_call(call, ctx.index.imports)
 
 
 def _every_iteration(frame, loop: LoopInfo) -> bool:
@@ -119,9 +111,7 @@ def _accumulates(factor: cst.BaseExpression | None, ctx: RuleContext) -> tuple[b
 def _setting(expr: cst.BaseExpression, ctx: RuleContext, depth: int = 0) -> object:
     """The value a setting has by default: a literal, a command-line option's default, or either of
     them through the one local name it was assigned to (MAE's `accum_iter = args.accum_iter`)."""
-    value = constant(expr, ctx)
-    if value is UNKNOWN:
-        value = command_line_default(expr, ctx)
+    value = setting_value(expr, ctx)
     if value is UNKNOWN and isinstance(expr, cst.Name) and depth < 2:
         found = ctx.scope.lookup(expr.value)
         if found is not None and len(found[0]) == 1 and found[0][0].kind == "value":
@@ -368,7 +358,7 @@ class AccumulationWithoutNoSync(Rule):
             factor: cst.BaseExpression | None = _divisor(handed_boundary)
             micro_steps: cst.CSTNode = loop.node
         else:
-            shape = _accumulation(loop)
+            shape = _accumulation(loop, ctx)
             if shape is None:
                 return
             factor, micro_steps = shape
@@ -409,14 +399,16 @@ def _handed_boundary(call: cst.Call) -> cst.BaseExpression | None:
     return None
 
 
-def _accumulation(loop: LoopInfo):
+def _accumulation(loop: LoopInfo, ctx: RuleContext):
     """(factor, the code of one micro-step) when the backward in this loop accumulates gradients over
     several iterations: a backward runs on every iteration, and the loop steps the optimizer only under
     `% k` guards, or steps it after this inner loop. None when every iteration steps (or nothing does)."""
-    if not any(_backward(site.call) and _every_iteration(site.frame, loop) for site in loop.all_calls):
-        if not any(_backward(site.call) and _skipping_block(site.frame) is not None for site in loop.all_calls):
-            return None
-    steps_here = [site for site in loop.all_calls if _optimizer_step(site.call)]
+    if not any(
+        _backward(site.call) and (_every_iteration(site.frame, loop) or _skipping_block(site.frame) is not None)
+        for site in loop.all_calls
+    ):
+        return None
+    steps_here = [site for site in loop.all_calls if _optimizer_step(site.call, ctx)]
     if steps_here:
         guards = [_guards(site.frame, loop) for site in steps_here]
         if not all(guards):
@@ -432,7 +424,7 @@ def _accumulation(loop: LoopInfo):
     outer = loop.parent_loop
     if outer is None or outer.function is not loop.function:
         return None
-    stepping = [site for site in outer.all_calls if _optimizer_step(site.call)]
+    stepping = [site for site in outer.all_calls if _optimizer_step(site.call, ctx)]
     if not stepping or not all(_every_iteration(site.frame, outer) for site in stepping):
         return None
     return _count(loop), loop.node

@@ -53,9 +53,14 @@ def _written_names(call: cst.Call, name: str | None, ctx: RuleContext) -> set[st
     while node is not None and not isinstance(node, cst.BaseSmallStatement):
         node = ctx.parent(node)
     if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        names.update(n.value for t in targets for n in iter_subtree(t) if isinstance(n, cst.Name))
+        names |= _assigned(node)
     return names
+
+
+def _assigned(statement: cst.Assign | cst.AugAssign | cst.AnnAssign) -> set[str]:
+    """Every name in an assignment's targets (`d` of `d[k] = v` too: the container holds the value)."""
+    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+    return {n.value for t in targets for n in iter_subtree(t) if isinstance(n, cst.Name)}
 
 
 def _feeds_training(call: cst.Call, name: str | None, ctx: RuleContext) -> bool:
@@ -76,8 +81,7 @@ def _feeds_training(call: cst.Call, name: str | None, ctx: RuleContext) -> bool:
         if isinstance(node, (cst.Assign, cst.AugAssign)):
             value = node.value
             if any(isinstance(n, cst.Name) and n.value in tainted for n in iter_subtree(value)):
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                tainted |= {n.value for t in targets for n in iter_subtree(t) if isinstance(n, cst.Name)}
+                tainted |= _assigned(node)
         elif isinstance(node, cst.Call) and _trains(node, ctx):
             if any(isinstance(n, cst.Name) and n.value in tainted for n in iter_subtree(node)):
                 return True

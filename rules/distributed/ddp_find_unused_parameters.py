@@ -5,14 +5,10 @@ from typing import cast
 
 import libcst as cst
 
-from loopaudit.rule_api import Report, Rule, RuleContext, is_true, keyword_value
+from loopaudit.rule_api import DDP_CLASSES, Report, Rule, RuleContext, is_true, keyword_value
 from loopaudit.rules.distributed._test_code import in_test_code
 
-# Where `find_unused_parameters=True` is written: DDP itself, and the wrappers that pass it on.
-_DDP = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-)
+# Where `find_unused_parameters=True` is written: DDP itself (DDP_CLASSES), and the wrappers that pass it on.
 _PASSED_ON = (
     "lightning.pytorch.strategies.DDPStrategy",
     "lightning.pytorch.strategies.ddp.DDPStrategy",
@@ -130,7 +126,7 @@ class DdpFindUnusedParameters(Rule):
                     node, f'`strategy="{_STRATEGY}"` makes DDP walk the autograd graph after every forward pass'
                 )
             return
-        if name not in _DDP and name not in _PASSED_ON:
+        if name not in DDP_CLASSES and name not in _PASSED_ON:
             return
         if not is_true(keyword_value(node, "find_unused_parameters")) or is_true(keyword_value(node, "static_graph")):
             return

@@ -6,7 +6,7 @@ from typing import cast
 
 import libcst as cst
 
-from loopaudit.rule_api import UNKNOWN, Report, Rule, RuleContext, command_line_default, constant, iter_subtree
+from loopaudit.rule_api import UNKNOWN, Report, Rule, RuleContext, iter_subtree, setting_value
 from loopaudit.rules.data._loaders import is_dataloader, loader_argument
 from loopaudit.rules.distributed._test_code import in_test_code
 
@@ -40,32 +40,25 @@ def _switched_off_by_default(call: cst.Call, ctx: RuleContext) -> bool:
                     continue
                 if not _SWITCH.search(ctx.source(part, 200)):
                     continue
-                value = constant(part, ctx)
-                if value is UNKNOWN:
-                    value = command_line_default(part, ctx)
-                if value is not True:
+                if setting_value(part, ctx) is not True:
                     return True
                 break
         node = parent
     return False
 
 
-def _small_batches(ctx: RuleContext) -> int | None:
-    """The largest batch size this module's loaders are shown to use, when every one is below LARGE_BATCH."""
+def _small_batches(ctx: RuleContext) -> bool:
+    """Does this module have loaders, every one shown to use a batch below LARGE_BATCH?"""
     sizes = []
     for site in ctx.index.calls:
         if not is_dataloader(site.call, ctx):
             continue
         size = loader_argument(site.call, "batch_size", ctx)
-        if size is None or size is UNKNOWN:
-            return None
-        value = constant(size, ctx)
-        if value is UNKNOWN:
-            value = command_line_default(size, ctx)
+        value = setting_value(size, ctx) if size is not None and size is not UNKNOWN else None
         if type(value) is not int:
-            return None
+            return False
         sizes.append(value)
-    return max(sizes) if sizes and max(sizes) < LARGE_BATCH else None
+    return bool(sizes) and max(sizes) < LARGE_BATCH
 
 
 class SyncBatchnorm(Rule):
@@ -154,6 +147,6 @@ class SyncBatchnorm(Rule):
             return
         if _switched_off_by_default(node, ctx):
             return
-        if _small_batches(ctx) is not None:
+        if _small_batches(ctx):
             return
         yield Report(node)
