@@ -245,7 +245,7 @@ def run(
         raise _end(_why_nothing_was_measured(report.steps_seen, warmup), EXIT_ERROR)
 
     trace = _window_trace(report.trace)
-    scan += _scan_other_files(report, script_path, options)
+    scan += _scan_other_files([report], script_path, options)
     evidence = RunEvidence(report, script_path, trace, scan)
     audit = audit_run(evidence, runtime_rules, [finding for finding in scan if finding.code in shown])
     breakdown = from_run(evidence)
@@ -315,19 +315,23 @@ def _run_job(
             )
     else:
         outcomes = run_ranks(request, world_size, scan_while_it_runs)
+    probed = [outcome.outcome.report for outcome in outcomes if outcome.outcome.report is not None]
+    refused = next((p.error for p in probed if p.error), None)  # the probe could not run (no torch)
+    if refused is not None:
+        raise usage_error(refused)
+    # the script's own findings (scanned while it ran) and the other files any rank saw, scanned once
+    files = scan + _scan_other_files([p for p in probed if p.steps], script_path, report.options)
+    shown_files = [f for f in files if f.code in report.shown]
     views = []
     first = first_failure(outcomes)
     for outcome in outcomes:
         status, failed = rank_status(outcome, first)
         view = RankView(outcome.rank, outcome, status, failed)
-        probed = outcome.outcome.report
-        if probed is not None and probed.error:
-            raise usage_error(probed.error)
-        if probed is not None and probed.steps:
-            files = scan + [f for f in _scan_other_files(probed, script_path, report.options) if f not in scan]
-            view.evidence = RunEvidence(probed, script_path, None, files)
-            view.audit = audit_run(view.evidence, report.runtime_rules, [f for f in files if f.code in report.shown])
+        if outcome.outcome.report is not None and outcome.outcome.report.steps:
+            view.evidence = RunEvidence(outcome.outcome.report, script_path, None, files)
+            view.audit = audit_run(view.evidence, report.runtime_rules, shown_files)
         views.append(view)
+    first_status = next((o.outcome.status for o in outcomes if o.rank == first), None)
     job = merge(views)
     measured_steps = [view.steps for view in views if view.steps]
     display = display_path(script_path)
@@ -346,16 +350,15 @@ def _run_job(
             others = [view.rank for view in failures if view.rank != first]
             after = f"; rank {', '.join(map(str, others))} failed after it" if others else ""
             notes.append(
-                f"Rank {first} failed first (exit status {outcomes[first].outcome.status}){after}. "
-                "The ranks' own output is above."
+                f"Rank {first} failed first (exit status {first_status}){after}. The ranks' own output is above."
             )
         measured.render_job(job, headline, notes, sys.stdout, wants_color(report.color))
     else:
         FORMATS[report.output_format.value](job.findings, sys.stdout, wants_color(report.color))
     if first is not None:
         if report.output_format is not OutputFormat.full:
-            typer.echo(f"loopaudit: rank {first} failed first, exit status {outcomes[first].outcome.status}", err=True)
-        raise typer.Exit(outcomes[first].outcome.status)
+            typer.echo(f"loopaudit: rank {first} failed first, exit status {first_status}", err=True)
+        raise typer.Exit(cast(int, first_status))
     interrupted = next((o.outcome.signal for o in outcomes if o.outcome.interrupted), None)
     if interrupted is not None:
         raise typer.Exit(128 + interrupted)
@@ -402,13 +405,15 @@ def _window_trace(path: str | None):
         return None
 
 
-def _scan_other_files(report, script: str, options: ScanOptions) -> list[Finding]:
+def _scan_other_files(reports, script: str, options: ScanOptions) -> list[Finding]:
     """Static findings of the user's other files where the run saw something (a sync in a helper
-    module), so that they can be confirmed too."""
+    module), so that they can be confirmed too; each file once, for one process or every rank."""
     from loopaudit.profiling.in_loopaudit.audit import display_path
 
-    files = {record.file for record in (*report.syncs, *report.empty_cache, *report.batch_moves)}
-    files |= {loader.file for loader in report.loaders if loader.file}
+    files = set()
+    for report in reports:
+        files |= {record.file for record in (*report.syncs, *report.empty_cache, *report.batch_moves)}
+        files |= {loader.file for loader in report.loaders if loader.file}
     findings: list[Finding] = []
     for file in sorted({os.path.abspath(file) for file in files} - {script}):
         if file.endswith(".py") and os.path.isfile(file):

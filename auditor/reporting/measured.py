@@ -22,7 +22,7 @@ from loopaudit.findings.finding import Finding
 from loopaudit.profiling.in_loopaudit.audit import RunAudit, display_path
 from loopaudit.profiling.in_loopaudit.breakdown import PARTS, Breakdown
 from loopaudit.profiling.in_loopaudit.compare import Change, Comparison
-from loopaudit.profiling.in_loopaudit.job import JobAudit, TraceJob
+from loopaudit.profiling.in_loopaudit.job import JobAudit, Timed, TraceJob
 from loopaudit.profiling.in_loopaudit.timing import steps_phrase
 from loopaudit.profiling.in_loopaudit.trace_analysis import TraceAnalysis
 from loopaudit.profiling.in_script.report import describe_site
@@ -386,10 +386,7 @@ def render_job(job: JobAudit, headline: str, notes: Sequence[str], out: TextIO, 
         console.print(_shown(note))
     console.print()
     _ranks(console, job)
-    if job.straggler is not None:
-        console.print(_shown(f"Straggler (◀): rank {job.straggler}: {job.straggler_reason}.", style="bold"))
-    elif job.straggler_reason:
-        console.print(_shown(f"Straggler: none, {job.straggler_reason}."))
+    _straggler(console, job.straggler, job.straggler_reason)
     if job.imbalance is not None and job.imbalance >= 0.05:
         console.print(
             _shown(f"Imbalance: the slowest rank's median step is {job.imbalance:.0%} longer than the fastest's.")
@@ -416,19 +413,12 @@ def _ranks(console: Console, job: JobAudit) -> None:
         left = name in ("status", "95%", "stopped at")
         table.add_column(name, justify="left" if left else "right", no_wrap=name in ("status", "stopped at"))
     for view in job.ranks:
-        step = view.step_ms
         report = view.outcome.outcome.report
-        interval = ""
-        if step is not None and step.low is not None and step.high is not None:
-            interval = f"[{step.low:.1f}, {step.high:.1f}]"
         row: list[str | Text] = [
             f"{view.rank}{' ◀' if view.rank == job.straggler else ''}",
             _shown(view.status, style="red" if view.failed else ""),
             str(view.steps) if view.steps else "—",
-            _ms(step.value) if step is not None else "—",
-            interval,
-            _ms(view.data_wait_ms.value) if view.data_wait_ms is not None else "—",
-            _ms(view.comm_ms.value) if view.comm_ms is not None else "—",
+            *_times(view),
             f"{view.collectives_per_step:g}/step" if view.collectives_per_step is not None else "—",
         ]
         if stuck_at:
@@ -463,6 +453,27 @@ def _collectives(console: Console, job: JobAudit) -> None:
     console.print()
 
 
+def _times(rank: Timed) -> list[str]:
+    """A rank's table cells: median step time, its 95% interval, data wait and comm wait per step."""
+    step, wait, comm = rank.step_ms, rank.data_wait_ms, rank.comm_ms
+    interval = ""
+    if step is not None and step.low is not None and step.high is not None:
+        interval = f"[{step.low:.1f}, {step.high:.1f}]"
+    return [
+        _ms(step.value) if step is not None else "—",
+        interval,
+        _ms(wait.value) if wait is not None else "—",
+        _ms(comm.value) if comm is not None else "—",
+    ]
+
+
+def _straggler(console: Console, straggler: int | None, reason: str) -> None:
+    if straggler is not None:
+        console.print(_shown(f"Straggler (◀): rank {straggler}: {reason}.", style="bold"))
+    elif reason:
+        console.print(_shown(f"Straggler: none, {reason}."))
+
+
 class _StaticOnly:
     """What `_static` reads of a RunAudit, for the merged static checks of a job."""
 
@@ -479,19 +490,12 @@ def render_trace_job(job: TraceJob, folder: str, out: TextIO, color: bool) -> No
     for name in ("rank", "trace", "device", "steps", "step time", "95%", "data wait", "comm wait"):
         table.add_column(name, justify="left" if name in ("trace", "device", "95%") else "right")
     for rank in job.ranks:
-        step = rank.step_ms
-        interval = ""
-        if step is not None and step.low is not None and step.high is not None:
-            interval = f"[{step.low:.1f}, {step.high:.1f}]"
         table.add_row(
             f"{rank.rank}{' ◀' if rank.rank == job.straggler else ''}",
             _shown(os.path.basename(rank.analysis.path)),
             _shown(rank.analysis.device),
             str(rank.steps) if rank.steps else "—",
-            _ms(step.value) if step is not None else "—",
-            interval,
-            _ms(rank.data_wait_ms.value) if rank.data_wait_ms is not None else "—",
-            _ms(rank.comm_ms.value) if rank.comm_ms is not None else "—",
+            *_times(rank),
         )
     console.print(table)
     console.print(
@@ -501,10 +505,7 @@ def render_trace_job(job: TraceJob, folder: str, out: TextIO, color: bool) -> No
         )
     )
     console.print()
-    if job.straggler is not None:
-        console.print(_shown(f"Straggler (◀): rank {job.straggler}: {job.straggler_reason}.", style="bold"))
-    elif job.straggler_reason:
-        console.print(_shown(f"Straggler: none, {job.straggler_reason}."))
+    _straggler(console, job.straggler, job.straggler_reason)
     if job.imbalance is not None:
         console.print(
             _shown(f"Imbalance: the slowest rank's median step is {job.imbalance:.0%} longer than the fastest's.")

@@ -68,15 +68,12 @@ class DdpSyncPerMicroBatch(RuntimeRule):
     )
 
     def from_run(self, run):
-        from loopaudit.rule_api import RunEvidence  # (loaded on first use: rule_api's note)
-
-        assert isinstance(run, RunEvidence)
         steps = run.report.steps
         if not run.report.ddp_syncs or not steps:
             return
         several = sum(1 for step in steps if step.ddp_syncs > 1)
         typical = statistics.median(step.ddp_syncs for step in steps)
-        verdict = run.step_path(_Count(several))
+        verdict = run.in_most_steps(several)
         if verdict == "inconclusive":
             yield Undecided(
                 f"{self.code} undecided: DDP armed more than one gradient all-reduce in {several} of "
@@ -96,10 +93,3 @@ class DdpSyncPerMicroBatch(RuntimeRule):
                 observed={"per_step": run.per_step(site.count), "total": site.count, "time_ms": None},
                 details={"reductions_per_step": typical},
             )
-
-
-class _Count:
-    """What `RunEvidence.step_path` reads of a record: in how many steps it happened."""
-
-    def __init__(self, steps: int) -> None:
-        self.steps = steps

@@ -64,7 +64,12 @@ class RunEvidence:
     def step_path(self, record) -> str:
         """`record` has a `steps` count (in how many measured steps it happened): "above" when it is on
         the step path, "below" when it is not, "inconclusive" when the window cannot tell."""
-        return proportion_interval(record.steps, self.steps_measured).against(0.5)
+        return self.in_most_steps(record.steps)
+
+    def in_most_steps(self, steps: int) -> str:
+        """ "above" when something seen in `steps` of the measured steps happens in most of them, "below"
+        when not, "inconclusive" when the window cannot tell (its 95% interval holds one half)."""
+        return proportion_interval(steps, self.steps_measured).against(0.5)
 
     def on_step_path(self, record) -> bool:
         return self.step_path(record) == "above"

@@ -153,29 +153,19 @@ def _behind(views: Sequence[RankView]) -> tuple[int | None, str]:
 
 
 def merge(views: list[RankView]) -> JobAudit:
-    if views and all(view.outcome.outcome.timed_out for view in views):
-        straggler, reason = _behind(views)
-        if straggler is not None:
-            measured = [view for view in views if view.evidence is not None and view.steps]
-            return JobAudit(
-                views,
-                straggler,
-                reason,
-                None,
-                _collectives(measured),
-                _merged_findings(measured),
-                _merged_static(measured),
-            )
     measured = [view for view in views if view.evidence is not None and view.steps]
-    comparable = len(measured) == len(views) > 1 and all(
-        not view.failed and view.steps >= _FEWEST_STEPS for view in views
-    )
-    if comparable:
-        straggler, reason = _straggler(measured)
+    hung = _behind(views) if views and all(view.outcome.outcome.timed_out for view in views) else (None, "")
+    if hung[0] is not None:
+        (straggler, reason), imbalance = hung, None  # a hung job's last steps are no pace to compare
     else:
-        straggler, reason = None, "" if len(views) < 2 else "not compared: not every rank measured its steps"
-    steps = [view.step_ms.value for view in measured if view.step_ms is not None]
-    imbalance = max(steps) / min(steps) - 1 if len(steps) > 1 and min(steps) > 0 else None
+        comparable = len(measured) == len(views) > 1 and all(
+            not view.failed and view.steps >= _FEWEST_STEPS for view in views
+        )
+        if comparable:
+            straggler, reason = _straggler(measured)
+        else:
+            straggler, reason = None, "" if len(views) < 2 else "not compared: not every rank measured its steps"
+        imbalance = _imbalance(measured)
     return JobAudit(
         views,
         straggler,
@@ -185,6 +175,12 @@ def merge(views: list[RankView]) -> JobAudit:
         _merged_findings(measured),
         _merged_static(measured),
     )
+
+
+def _imbalance(ranks: Sequence[Timed]) -> float | None:
+    """The slowest rank's median step over the fastest's, minus one."""
+    steps = [rank.step_ms.value for rank in ranks if rank.step_ms is not None]
+    return max(steps) / min(steps) - 1 if len(steps) > 1 and min(steps) > 0 else None
 
 
 def _apart(slow: Estimate, fast: Estimate) -> bool:
@@ -213,42 +209,42 @@ def _straggler(views: Sequence[Timed]) -> tuple[int | None, str]:
     step = max(view.step_ms.value for view in views if view.step_ms is not None)
     notable = _NOTABLE * step
 
-    def ms(estimate: Estimate) -> str:
-        return f"{estimate.value:.1f} ms"
+    def ms(estimate: Estimate | None) -> str:
+        return f"{cast(Estimate, estimate).value:.1f} ms"  # (measured views: each has its estimates)
 
-    def others(views_: Sequence[Timed], value: Callable[[Timed], Estimate | None]) -> str:
-        return ", ".join(f"rank {v.rank} {ms(cast(Estimate, value(v)))}" for v in views_)  # measured views
+    def others(rest: Sequence[Timed], value: Callable[[Timed], Estimate | None]) -> str:
+        return ", ".join(f"rank {v.rank} {ms(value(v))}" for v in rest)
 
-    by_wait = sorted(views, key=lambda v: v.data_wait_ms.value if v.data_wait_ms else 0.0, reverse=True)
-    top, rest = by_wait[0], by_wait[1:]
-    if top.data_wait_ms is not None and all(
-        v.data_wait_ms is not None
-        and top.data_wait_ms.value - v.data_wait_ms.value >= notable
-        and _apart(top.data_wait_ms, v.data_wait_ms)
-        for v in rest
-    ):
+    def standing_out(value: Callable[[Timed], Estimate | None], highest: bool) -> tuple[Timed, list[Timed]] | None:
+        """The rank whose `value` is the highest (or lowest) by a notable margin, intervals apart, and the rest."""
+        ranked = sorted(views, key=lambda v: e.value if (e := value(v)) else 0.0, reverse=highest)
+        first, rest = ranked[0], ranked[1:]
+        mine = value(first)
+        if mine is None:
+            return None
+        for other in rest:
+            theirs = value(other)
+            if theirs is None:
+                return None
+            high, low = (mine, theirs) if highest else (theirs, mine)
+            if high.value - low.value < notable or not _apart(high, low):
+                return None
+        return first, rest
+
+    if (found := standing_out(lambda v: v.data_wait_ms, highest=True)) is not None:
+        top, rest = found
         return top.rank, (
             f"it waits {ms(top.data_wait_ms)} per step for its DataLoader ({others(rest, lambda v: v.data_wait_ms)}), "
             "and the other ranks wait for it"
         )
-    by_comm = sorted(views, key=lambda v: v.comm_ms.value if v.comm_ms else 0.0)
-    least, rest = by_comm[0], by_comm[1:]
-    if least.comm_ms is not None and all(
-        v.comm_ms is not None and v.comm_ms.value - least.comm_ms.value >= notable and _apart(v.comm_ms, least.comm_ms)
-        for v in rest
-    ):
+    if (found := standing_out(lambda v: v.comm_ms, highest=False)) is not None:
+        least, rest = found
         return least.rank, (
             f"the other ranks wait for it inside collectives ({others(rest, lambda v: v.comm_ms)} per step, "
             f"rank {least.rank} {ms(least.comm_ms)})"
         )
-    by_step = sorted(views, key=lambda v: v.step_ms.value if v.step_ms else 0.0, reverse=True)
-    slowest, rest = by_step[0], by_step[1:]
-    if slowest.step_ms is not None and all(
-        v.step_ms is not None
-        and slowest.step_ms.value - v.step_ms.value >= notable
-        and _apart(slowest.step_ms, v.step_ms)
-        for v in rest
-    ):
+    if (found := standing_out(lambda v: v.step_ms, highest=True)) is not None:
+        slowest, rest = found
         return slowest.rank, f"its steps take {ms(slowest.step_ms)} ({others(rest, lambda v: v.step_ms)})"
     return (
         None,
@@ -357,8 +353,7 @@ def merge_traces(ranks: list[TraceRank]) -> TraceJob:
             None,
             "" if len(ranks) < 2 else f"not compared: a trace holds fewer than {_FEWEST_STEPS} steps",
         )
-    steps = [rank.step_ms.value for rank in ranks if rank.step_ms is not None]
-    imbalance = max(steps) / min(steps) - 1 if len(steps) > 1 and min(steps) > 0 else None
+    imbalance = _imbalance(ranks)
     traces = frozenset(f.filename for r in ranks for f in r.findings if _is_trace(f.filename))
     return TraceJob(ranks, straggler, reason, imbalance, merged_findings([(r.rank, r.findings) for r in ranks], traces))
 

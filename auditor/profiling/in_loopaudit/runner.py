@@ -104,23 +104,24 @@ def run_script(request: RunRequest, while_running: Callable[[], None] | None = N
     timed_out = False
     with _Signals() as signals, tempfile.TemporaryDirectory(prefix="loopaudit-") as work:
         files = _Files(work)
-        child, control = _start(request, files, request.on_progress is not None, os.environ)
+        child, control = _start(request, files, request.on_progress is not None, os.environ, request.longest)
         with control:
             try:
                 if while_running is not None:
                     while_running()
                 timed_out = _watch(child, files, request, signals)
                 if timed_out or signals.received:
-                    _stop(child, files, control, signals)
+                    _stop([(child, files, control)], signals)
             finally:
                 _end_group(child)  # before the pipe closes, which would tell the child loopaudit is gone
         report = ProbeReport.load(files.report) if os.path.exists(files.report) else None
     return RunOutcome(report, _shell_status(child), timed_out, signals.received[0] if signals.received else None)
 
 
-def _start(request: RunRequest, files: _Files, progress: bool, environment, longest: int | None = -1):
+def _start(request: RunRequest, files: _Files, progress: bool, environment, longest: int | None):
     """Start the child that runs the script under the probe, in a session of its own; returns it and
-    loopaudit's end of its control pipe. `longest`: -1 for the request's own."""
+    loopaudit's end of its control pipe. `longest`: how far the window may go on (None: exactly the
+    steps asked for)."""
     listening, asking = os.pipe()
     control = open(asking, "wb", buffering=0)  # noqa: SIM115 (the caller closes it: its closing tells the child loopaudit is gone)
     try:
@@ -129,7 +130,7 @@ def _start(request: RunRequest, files: _Files, progress: bool, environment, long
                 {
                     "warmup": request.warmup,
                     "steps": request.steps,
-                    "longest": request.longest if longest == -1 else longest,
+                    "longest": longest,
                     "thresholds": list(request.thresholds),
                     "profile": request.profile,
                     "trace_out": request.trace_out,
@@ -236,23 +237,30 @@ def _steps_seen(progress_path: str) -> int:
         return 0
 
 
-def _stop(child: subprocess.Popen, files: _Files, control, signals: _Signals) -> None:
-    """Steps 1 and 2 of stopping the script (the module's docstring); `_end_group` takes step 3."""
-    if not os.path.exists(files.started):
-        return  # the child is still importing torch: nothing measured, nothing of the script's to let end
+def _stop(running: list[tuple[subprocess.Popen, _Files, typing.BinaryIO]], signals: _Signals) -> None:
+    """Steps 1 and 2 of stopping the script (the module's docstring), for one child or for the ranks
+    of a job side by side (their grace periods run together, not one after another); `_end_group`
+    takes step 3. A child still importing torch is left to step 3: nothing measured, nothing of the
+    script's to let end."""
     patience = len(signals.received)
 
     def insisted() -> bool:
         return len(signals.received) > patience
 
-    try:
-        control.write(b"r")
-    except BrokenPipeError:
-        return  # the child has ended meanwhile
-    _wait_until(lambda: os.path.exists(files.report) or _has_ended(child) or insisted(), _REPORT_SECONDS)
-    if not _has_ended(child):
-        os.kill(child.pid, signal.SIGINT)
-        _wait_until(lambda: _has_ended(child) or insisted(), _GRACE_SECONDS)
+    asked = []
+    for child, files, control in running:
+        if not os.path.exists(files.started):
+            continue
+        try:
+            control.write(b"r")
+        except BrokenPipeError:
+            continue  # the child has ended meanwhile
+        asked.append((child, files))
+    _wait_until(lambda: all(os.path.exists(f.report) or _has_ended(c) for c, f in asked) or insisted(), _REPORT_SECONDS)
+    for child, _ in asked:
+        if not _has_ended(child):
+            os.kill(child.pid, signal.SIGINT)
+    _wait_until(lambda: all(_has_ended(c) for c, _ in asked) or insisted(), _GRACE_SECONDS)
 
 
 def _end_group(child: subprocess.Popen) -> None:
@@ -365,7 +373,7 @@ def run_ranks(
             timed_out = _watch_ranks(started, request, signals, stuck, order)
             running = [(c, f, k) for c, f, k in started if not _has_ended(c)]
             if running:
-                _stop_all(running, signals)
+                _stop(running, signals)
         finally:
             for child, _, control in started:
                 _end_group(child)
@@ -417,23 +425,6 @@ def _watch_ranks(started, request: RunRequest, signals: _Signals, stuck: dict[in
                         stuck.pop(rank, None)
                 return True
         time.sleep(_POLL_SECONDS)
-
-
-def _stop_all(running, signals: _Signals) -> None:
-    """`_stop` for several ranks at once: ask each for its report, then interrupt them together, so
-    that the grace periods run side by side rather than one after another."""
-    asked = []
-    for child, files, control in running:
-        if os.path.exists(files.started):
-            with contextlib.suppress(BrokenPipeError):
-                control.write(b"r")
-                asked.append((child, files))
-    _wait_until(lambda: all(os.path.exists(f.report) or _has_ended(c) for c, f in asked), _REPORT_SECONDS)
-    for child, _, _ in running:
-        if not _has_ended(child):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGINT)
-    _wait_until(lambda: all(_has_ended(c) for c, _, _ in running), _GRACE_SECONDS)
 
 
 def run_launched(

@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 
 # typing.TYPE_CHECKING without importing typing, which this process must not load before the script
@@ -35,10 +36,11 @@ def main() -> tuple[int, bool]:
     with open(config_path, encoding="utf-8") as stream:
         config = json.load(stream)
     launched = config.pop("launched", None)
+    halt = None
     if launched is not None:
         # Under the user's launcher (torchrun, `accelerate launch`): one config for every rank, whose
         # files are named by the rank the launcher gave this process.
-        config = _for_this_rank(config, launched)
+        config, halt = _for_this_rank(config, launched)
     listener = _Listener(config.pop("control"), config.pop("work")) if "control" in config else None
     # loopaudit stops the script with SIGINT (runner.py), also when it runs as a background job, whose
     # SIGINT the shell ignores (and this process inherited): in a session of its own, no terminal's
@@ -61,7 +63,8 @@ def main() -> tuple[int, bool]:
     probe.install()
     if listener is not None:
         listener.probe = probe
-    _HaltFile.probe = probe
+    if halt is not None:
+        halt.probe = probe
     if started:
         # The script starts now: --timeout counts from here, not from importing torch, and loopaudit
         # may ask the probe for its report.
@@ -85,7 +88,7 @@ def main() -> tuple[int, bool]:
     return 0, False
 
 
-def _for_this_rank(config: dict, folder: str) -> dict:
+def _for_this_rank(config: dict, folder: str) -> tuple[dict, _HaltFile]:
     """The rank's own report, progress and start files in `folder`; its pid noted there, so that
     loopaudit can end the rank's process group whatever the launcher does; and a thread that halts the
     measurement when loopaudit leaves a `halt` file there (no pipe passes through a launcher)."""
@@ -97,28 +100,26 @@ def _for_this_rank(config: dict, folder: str) -> dict:
         config[key] = os.path.join(folder, f"{key}.{rank}")
     with open(os.path.join(folder, f"pid.{rank}"), "w", encoding="utf-8") as stream:
         stream.write(str(os.getpid()))
-    _HaltFile(os.path.join(folder, "halt"))
-    return config
+    return config, _HaltFile(os.path.join(folder, "halt"))
 
 
 class _HaltFile:
-    """Polls for loopaudit's `halt` file and then asks the probe for its report (`Probe.halt`)."""
-
-    probe: Probe | None = None
+    """Polls for loopaudit's `halt` file and then asks the probe for its report (`Probe.halt`), as
+    `_Listener` does for a byte on the pipe."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        _HaltFile.probe = None
+        self.probe: Probe | None = None  # set once installed
         threading.Thread(target=self._watch, name="loopaudit-halt", daemon=True).start()
 
     def _watch(self) -> None:
         while not os.path.exists(self.path):
-            threading.Event().wait(0.1)
-        if _HaltFile.probe is not None:
+            time.sleep(0.1)
+        if self.probe is not None:
             try:
-                _HaltFile.probe.halt()
+                self.probe.halt()
             except OSError:
-                pass
+                pass  # no room to write the report: loopaudit says it has none
 
 
 class _Listener:
